@@ -1,0 +1,148 @@
+package log
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	bolt "go.etcd.io/bbolt"
+)
+
+// Admission is a delivery to admit: its records (normally one user_message
+// entry) are appended and its submission created in one transaction.
+type Admission struct {
+	Key Key
+	// SubmissionID is generated ("sub_" and a ULID) when empty.
+	SubmissionID string
+	Records      []Record
+	// IdempotencyKey, when set, makes a repeat of the same request (same
+	// RequestHash) return the first admission instead of a second one.
+	IdempotencyKey string
+	RequestHash    string
+}
+
+// MaxIdempotencyKeyLength bounds an idempotency key.
+const MaxIdempotencyKeyLength = 256
+
+type idemRecord struct {
+	SubmissionID string    `json:"submissionId"`
+	RequestHash  string    `json:"requestHash"`
+	At           time.Time `json:"at"`
+}
+
+// Admit durably admits a delivery. replayed is true when an earlier
+// admission with the same idempotency key and request is returned instead.
+func (db *DB) Admit(ctx context.Context, a Admission) (sub Submission, replayed bool, err error) {
+	if err := a.Key.Validate(); err != nil {
+		return Submission{}, false, fmt.Errorf("admit %s: %w", a.Key, err)
+	}
+	if len(a.IdempotencyKey) > MaxIdempotencyKeyLength || !printable(a.IdempotencyKey) {
+		return Submission{}, false, fmt.Errorf("admit %s: %w: idempotency key", a.Key, ErrInvalidRecord)
+	}
+	if a.SubmissionID == "" {
+		a.SubmissionID = "sub_" + ulid.Make().String()
+	} else if len(a.SubmissionID) > MaxIDLength || !printable(a.SubmissionID) {
+		return Submission{}, false, fmt.Errorf("admit %s: %w: submission id", a.Key, ErrInvalidRecord)
+	}
+	op := &write{prepare: func(tx *bolt.Tx, now time.Time) (func() error, []byte, error) {
+		sub, replayed = Submission{}, false
+		return prepareAdmit(tx, a, now, db.opts.IdempotencyTTL, &sub, &replayed)
+	}}
+	if err := db.submit(ctx, op); err != nil {
+		return Submission{}, false, fmt.Errorf("admit %s: %w", a.Key, err)
+	}
+	return sub, replayed, nil
+}
+
+func idemKey(k Key, key string) []byte {
+	return []byte(k.Agent + "\x00" + k.Instance + "\x00" + key)
+}
+
+func prepareAdmit(tx *bolt.Tx, a Admission, now time.Time, ttl time.Duration, sub *Submission, replayed *bool) (func() error, []byte, error) {
+	var ik []byte
+	if a.IdempotencyKey != "" {
+		ik = idemKey(a.Key, a.IdempotencyKey)
+		if v := tx.Bucket(bucketIdem).Get(ik); v != nil {
+			var rec idemRecord
+			if err := json.Unmarshal(v, &rec); err != nil {
+				return nil, nil, fmt.Errorf("idempotency record: %w", err)
+			}
+			if now.Sub(rec.At) < ttl {
+				if rec.RequestHash != a.RequestHash {
+					return nil, nil, ErrIdempotencyKeyReused
+				}
+				s, err := getSubmission(tx, rec.SubmissionID)
+				if err != nil {
+					return nil, nil, err
+				}
+				*sub, *replayed = s.Submission, true
+				return nil, nil, nil
+			}
+		}
+	}
+	if tx.Bucket(bucketSubmissions).Get([]byte(a.SubmissionID)) != nil {
+		return nil, nil, fmt.Errorf("%w: submission %s exists", ErrDuplicateEntry, a.SubmissionID)
+	}
+	meta, exists, err := loadStream(tx, a.Key)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !exists {
+		meta = newStream(now)
+	}
+	records := make([]Record, len(a.Records))
+	for i, r := range a.Records {
+		if r.Kind == KindEntry && r.Entry != nil && r.Entry.SubmissionID == "" {
+			e := *r.Entry
+			e.SubmissionID = a.SubmissionID
+			r.Entry = &e
+		}
+		records[i] = r
+	}
+	plan, err := planAppend(tx, a.Key, meta, records, now)
+	if err != nil {
+		return nil, nil, err
+	}
+	s := &storedSubmission{Submission: Submission{
+		ID: a.SubmissionID, Key: a.Key, Offset: offsetOf(plan.pos), Status: StatusAdmitted, AdmittedAt: now,
+	}}
+	if first := plan.records[0]; first.Kind == KindEntry {
+		s.EntryID = first.Entry.ID
+	}
+	mutate := func() error {
+		if err := plan.store(tx); err != nil {
+			return err
+		}
+		seq, err := tx.Bucket(bucketSubmissions).NextSequence()
+		if err != nil {
+			return err
+		}
+		s.Seq = seq
+		if err := putSubmission(tx, s); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketQueue).Put(pairKey(plan.meta.id, seq), []byte(s.ID)); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketOutbox).Put(u64(seq), []byte(s.ID)); err != nil {
+			return err
+		}
+		if ik != nil {
+			v, err := json.Marshal(idemRecord{SubmissionID: s.ID, RequestHash: a.RequestHash, At: now})
+			if err != nil {
+				return err
+			}
+			if err := tx.Bucket(bucketIdem).Put(ik, v); err != nil {
+				return err
+			}
+			if err := tx.Bucket(bucketIdemExpiry).Put(append(u64(uint64(now.UnixNano())), ik...), nil); err != nil {
+				return err
+			}
+		}
+		*sub = s.Submission
+		return nil
+	}
+	return mutate, a.Key.encode(), nil
+}

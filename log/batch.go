@@ -1,0 +1,184 @@
+package log
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	bolt "go.etcd.io/bbolt"
+)
+
+// Batch is the unit of appending and reading: the records of one append, at
+// one offset.
+type Batch struct {
+	Offset Offset `json:"offset"`
+	// Count is the number of records.
+	Count int `json:"-"`
+	// Records is the JSON array of the records, exactly as stored; serving
+	// it needs no decoding. Decode gives the typed records.
+	Records RawRecords `json:"records"`
+}
+
+// RawRecords is a JSON array of records.
+type RawRecords []byte
+
+// MarshalJSON returns the stored array itself.
+func (r RawRecords) MarshalJSON() ([]byte, error) {
+	if len(r) == 0 {
+		return []byte("[]"), nil
+	}
+	return r, nil
+}
+
+// UnmarshalJSON keeps a copy of the array.
+func (r *RawRecords) UnmarshalJSON(b []byte) error {
+	*r = append((*r)[:0], b...)
+	return nil
+}
+
+// Decode parses the records.
+func (r RawRecords) Decode() ([]Record, error) {
+	var recs []Record
+	if err := json.Unmarshal(r, &recs); err != nil {
+		return nil, fmt.Errorf("decode records: %w", err)
+	}
+	return recs, nil
+}
+
+// encodeBatch is the stored form: uvarint record count, then the JSON array.
+func encodeBatch(recs []Record) ([]byte, error) {
+	var buf bytes.Buffer
+	var n [binary.MaxVarintLen64]byte
+	buf.Write(n[:binary.PutUvarint(n[:], uint64(len(recs)))])
+	buf.WriteByte('[')
+	for i := range recs {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		b, err := json.Marshal(recs[i])
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrInvalidRecord, err)
+		}
+		buf.Write(b)
+	}
+	buf.WriteByte(']')
+	return buf.Bytes(), nil
+}
+
+// decodeBatchHeader splits a stored batch into its count and records array.
+// It rejects a value that is not of our making rather than trusting it.
+func decodeBatchHeader(v []byte) (count uint64, records []byte, err error) {
+	count, n := binary.Uvarint(v)
+	if n <= 0 || count == 0 || count > MaxRecordsBatch {
+		return 0, nil, fmt.Errorf("stored batch: bad record count")
+	}
+	records = v[n:]
+	if len(records) < 2 || records[0] != '[' || records[len(records)-1] != ']' {
+		return 0, nil, fmt.Errorf("stored batch: records are not an array")
+	}
+	return count, records, nil
+}
+
+// batchPlan is an append that passed its checks and is ready to store.
+type batchPlan struct {
+	key     Key
+	meta    streamMeta // as it will be after the append
+	pos     uint64     // the batch's position
+	value   []byte
+	records []Record // as stored
+}
+
+// planAppend checks records against the stream and fills in what the
+// engine owns: entry ids, parents (the leaf by default) and timestamps. It
+// changes nothing in tx.
+func planAppend(tx *bolt.Tx, key Key, meta streamMeta, records []Record, now time.Time) (*batchPlan, error) {
+	if len(records) == 0 {
+		return nil, fmt.Errorf("%w: empty batch", ErrInvalidRecord)
+	}
+	if len(records) > MaxRecordsBatch {
+		return nil, fmt.Errorf("%w: %d records in one batch (at most %d)", ErrInvalidRecord, len(records), MaxRecordsBatch)
+	}
+	entries := tx.Bucket(bucketEntries)
+	known := func(id string, batch map[string]bool) bool {
+		return batch[id] || (meta.id != 0 && entries.Get(entryKey(meta.id, id)) != nil)
+	}
+	out := make([]Record, len(records))
+	inBatch := make(map[string]bool, len(records))
+	leaf := meta.leaf
+	for i, r := range records {
+		if err := r.validate(); err != nil {
+			return nil, fmt.Errorf("record %d: %w", i, err)
+		}
+		switch r.Kind {
+		case KindEntry:
+			e := *r.Entry
+			if e.ID == "" {
+				e.ID = ulid.Make().String()
+			} else if known(e.ID, inBatch) {
+				return nil, fmt.Errorf("record %d: %w: %s", i, ErrDuplicateEntry, e.ID)
+			}
+			if e.ParentID == "" {
+				e.ParentID = leaf
+			} else if e.ParentID != leaf && !known(e.ParentID, inBatch) {
+				return nil, fmt.Errorf("record %d: parent %s: %w", i, e.ParentID, ErrUnknownEntry)
+			}
+			if e.Timestamp.IsZero() {
+				e.Timestamp = now
+			}
+			if len(e.Payload) == 0 {
+				e.Payload = json.RawMessage("{}")
+			}
+			inBatch[e.ID] = true
+			leaf = e.ID
+			r.Entry = &e
+		case KindTruncated:
+			if r.RewoundTo != "" && !known(r.RewoundTo, inBatch) {
+				return nil, fmt.Errorf("record %d: rewoundTo %s: %w", i, r.RewoundTo, ErrUnknownEntry)
+			}
+			if r.NewLeafID == "" {
+				r.NewLeafID = r.RewoundTo
+			} else if r.NewLeafID != r.RewoundTo && !known(r.NewLeafID, inBatch) {
+				return nil, fmt.Errorf("record %d: newLeafId %s: %w", i, r.NewLeafID, ErrUnknownEntry)
+			}
+			leaf = r.NewLeafID
+		}
+		out[i] = r
+	}
+	value, err := encodeBatch(out)
+	if err != nil {
+		return nil, err
+	}
+	if len(value) > MaxBatchBytes {
+		return nil, fmt.Errorf("%w: batch of %d bytes (at most %d)", ErrInvalidRecord, len(value), MaxBatchBytes)
+	}
+	p := &batchPlan{key: key, meta: meta, pos: meta.next, value: value, records: out}
+	p.meta.next += uint64(len(out))
+	p.meta.leaf = leaf
+	return p, nil
+}
+
+// store writes the planned batch, its entry index and the stream's meta.
+func (p *batchPlan) store(tx *bolt.Tx) error {
+	if err := p.meta.store(tx, p.key); err != nil {
+		return err
+	}
+	batches := tx.Bucket(bucketBatches)
+	// Each stream's batches are appended at the end of its key range.
+	batches.FillPercent = 0.9
+	if err := batches.Put(pairKey(p.meta.id, p.pos), p.value); err != nil {
+		return err
+	}
+	entries := tx.Bucket(bucketEntries)
+	pos := u64(p.pos)
+	for _, r := range p.records {
+		if r.Kind == KindEntry {
+			if err := entries.Put(entryKey(p.meta.id, r.Entry.ID), pos); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,111 @@
+package log
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// write is one caller's unit of work in a group commit.
+//
+// prepare runs inside the shared write transaction. It must check
+// everything before it changes anything: a refusal is returned as an error
+// and leaves the transaction untouched, so the other writers of the same
+// commit are unaffected. Once checks pass it returns the mutation, which may
+// fail only for storage reasons; such a failure aborts the whole commit, and
+// the committer then retries every write in a transaction of its own.
+type write struct {
+	prepare func(tx *bolt.Tx, now time.Time) (mutate func() error, touched []byte, err error)
+
+	err  error
+	done chan struct{}
+}
+
+// storageError marks a failure of bbolt itself inside a mutation.
+type storageError struct{ err error }
+
+func (e storageError) Error() string { return e.err.Error() }
+func (e storageError) Unwrap() error { return e.err }
+
+type commitStats struct {
+	commits atomic.Uint64
+	writes  atomic.Uint64
+}
+
+// CommitStats reports how many transactions the group committer ran and how
+// many writes they carried: writes/commits is the mean group size.
+func (db *DB) CommitStats() (commits, writes uint64) {
+	return db.stats.commits.Load(), db.stats.writes.Load()
+}
+
+// commitLoop is the single writer. It has no timer: it takes whatever queued
+// while the previous commit was fsyncing, so a lone writer pays one fsync and
+// many writers share one.
+func (db *DB) commitLoop() {
+	defer close(db.committed)
+	batch := make([]*write, 0, db.opts.MaxWritesPerCommit)
+	for w := range db.writes {
+		batch = append(batch[:0], w)
+	drain:
+		for len(batch) < cap(batch) {
+			select {
+			case w, ok := <-db.writes:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, w)
+			default:
+				break drain
+			}
+		}
+		db.commit(batch)
+	}
+}
+
+func (db *DB) commit(batch []*write) {
+	touched := make([][]byte, len(batch))
+	err := db.bolt.Update(func(tx *bolt.Tx) error {
+		now := db.opts.Now().UTC()
+		for i, w := range batch {
+			w.err, touched[i] = nil, nil
+			mutate, t, err := w.prepare(tx, now)
+			if err != nil {
+				w.err = err
+				continue
+			}
+			if mutate != nil {
+				if err := mutate(); err != nil {
+					return storageError{err}
+				}
+			}
+			touched[i] = t
+		}
+		return nil
+	})
+	if err != nil {
+		if len(batch) > 1 {
+			// One write broke the shared transaction; isolate it.
+			for _, w := range batch {
+				db.commit([]*write{w})
+			}
+			return
+		}
+		var se storageError
+		if errors.As(err, &se) {
+			err = se.err
+		}
+		batch[0].err = fmt.Errorf("commit: %w", err)
+		touched[0] = nil
+	}
+	db.stats.commits.Add(1)
+	db.stats.writes.Add(uint64(len(batch)))
+	for i, w := range batch {
+		if touched[i] != nil {
+			db.notify.wake(string(touched[i]))
+		}
+		close(w.done)
+	}
+}

@@ -1,0 +1,178 @@
+package log
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Bucket names. Few large buckets, fixed-width big-endian integer keys where
+// order matters: see docs/log.md for the layout.
+var (
+	bucketStreams     = []byte("streams")     // Key.encode() -> streamMeta
+	bucketBatches     = []byte("batches")     // streamID(8) pos(8) -> batch
+	bucketEntries     = []byte("entries")     // streamID(8) entryID -> pos(8)
+	bucketSubmissions = []byte("submissions") // submission id -> storedSubmission JSON
+	bucketQueue       = []byte("queue")       // streamID(8) seq(8) -> submission id (unsettled only)
+	bucketOutbox      = []byte("outbox")      // seq(8) -> submission id (not yet published)
+	bucketIdem        = []byte("idempotency") // agent 0 instance 0 key -> idemRecord JSON
+	bucketIdemExpiry  = []byte("idem-expiry") // unixnano(8) agent 0 instance 0 key -> nil
+	bucketMeta        = []byte("meta")
+
+	allBuckets = [][]byte{bucketStreams, bucketBatches, bucketEntries, bucketSubmissions,
+		bucketQueue, bucketOutbox, bucketIdem, bucketIdemExpiry, bucketMeta}
+)
+
+// Options tune Open. The zero value is sensible.
+type Options struct {
+	// LockTimeout bounds the wait for another process's lock on the file.
+	// Default 5s; bbolt would otherwise wait forever.
+	LockTimeout time.Duration
+	// InitialMmapSize avoids remaps, which wait for every read transaction,
+	// while the file grows. Default 1 GiB (address space, not memory).
+	InitialMmapSize int
+	// MaxWritesPerCommit bounds one group commit. Default 512.
+	MaxWritesPerCommit int
+	// IdempotencyTTL is how long idempotency keys are honoured. Default 24h.
+	IdempotencyTTL time.Duration
+	// Now is the clock, for tests. Default time.Now.
+	Now func() time.Time
+}
+
+func (o *Options) withDefaults() Options {
+	var r Options
+	if o != nil {
+		r = *o
+	}
+	if r.LockTimeout <= 0 {
+		r.LockTimeout = 5 * time.Second
+	}
+	if r.InitialMmapSize <= 0 {
+		r.InitialMmapSize = 1 << 30
+	}
+	if r.MaxWritesPerCommit <= 0 {
+		r.MaxWritesPerCommit = 512
+	}
+	if r.IdempotencyTTL <= 0 {
+		r.IdempotencyTTL = 24 * time.Hour
+	}
+	if r.Now == nil {
+		r.Now = time.Now
+	}
+	return r
+}
+
+// DB is an open log. It is safe for concurrent use.
+type DB struct {
+	bolt *bolt.DB
+	opts Options
+
+	writes    chan *write
+	mu        sync.RWMutex // guards closed against sends on writes
+	closed    bool
+	done      chan struct{} // closed by Close: wakes waiters
+	committed chan struct{} // closed when the committer has exited
+
+	notify notifier
+	stats  commitStats
+}
+
+// Open opens (creating if needed) the log at path.
+func Open(path string, opts *Options) (*DB, error) {
+	o := opts.withDefaults()
+	b, err := bolt.Open(path, 0o600, &bolt.Options{
+		Timeout:         o.LockTimeout,
+		InitialMmapSize: o.InitialMmapSize,
+		FreelistType:    bolt.FreelistMapType,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open log %s: %w", path, err)
+	}
+	if err := b.Update(func(tx *bolt.Tx) error {
+		for _, name := range allBuckets {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		_ = b.Close()
+		return nil, fmt.Errorf("open log %s: create buckets: %w", path, err)
+	}
+	db := &DB{
+		bolt:      b,
+		opts:      o,
+		writes:    make(chan *write, o.MaxWritesPerCommit),
+		done:      make(chan struct{}),
+		committed: make(chan struct{}),
+		notify:    notifier{slots: map[string]*waitSlot{}},
+	}
+	go db.commitLoop()
+	return db, nil
+}
+
+// Path is the file the log lives in.
+func (db *DB) Path() string { return db.bolt.Path() }
+
+// Close waits for queued writes to commit, wakes every waiter with ErrClosed
+// and closes the file.
+func (db *DB) Close() error {
+	db.mu.Lock()
+	if db.closed {
+		db.mu.Unlock()
+		return nil
+	}
+	db.closed = true
+	close(db.writes)
+	close(db.done)
+	db.mu.Unlock()
+	<-db.committed
+	if err := db.bolt.Close(); err != nil {
+		return fmt.Errorf("close log: %w", err)
+	}
+	return nil
+}
+
+// submit queues w for the next group commit and waits for its outcome. The
+// context is honoured until the write is queued; after that the write's fate
+// is decided by the commit, and reporting anything else would lie.
+func (db *DB) submit(ctx context.Context, w *write) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	w.done = make(chan struct{})
+	db.mu.RLock()
+	if db.closed {
+		db.mu.RUnlock()
+		return ErrClosed
+	}
+	select {
+	case db.writes <- w:
+	case <-ctx.Done():
+		db.mu.RUnlock()
+		return ctx.Err()
+	}
+	db.mu.RUnlock()
+	<-w.done
+	return w.err
+}
+
+// view runs fn in a read transaction. fn must not block on anything but
+// bbolt: copy what it needs and return.
+func (db *DB) view(fn func(tx *bolt.Tx) error) error {
+	db.mu.RLock()
+	closed := db.closed
+	db.mu.RUnlock()
+	if closed {
+		return ErrClosed
+	}
+	err := db.bolt.View(fn)
+	if errors.Is(err, bolt.ErrDatabaseNotOpen) {
+		return ErrClosed
+	}
+	return err
+}

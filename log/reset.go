@@ -1,0 +1,90 @@
+package log
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	bolt "go.etcd.io/bbolt"
+)
+
+// Reset gives the stream a new incarnation and removes its records. Its
+// unsettled submissions are settled aborted (code "stream_reset"); their
+// records went with the old incarnation. Resetting an absent stream creates
+// it, empty.
+func (db *DB) Reset(ctx context.Context, key Key) (Incarnation, error) {
+	if err := key.Validate(); err != nil {
+		return "", fmt.Errorf("reset %s: %w", key, err)
+	}
+	var inc Incarnation
+	op := &write{prepare: func(tx *bolt.Tx, now time.Time) (func() error, []byte, error) {
+		meta, ok, err := loadStream(tx, key)
+		if err != nil {
+			return nil, nil, err
+		}
+		if !ok {
+			meta = newStream(now)
+		}
+		old := meta.id
+		meta.inc, meta.next, meta.leaf = ulid.Make(), 0, ""
+		return func() error {
+			if old != 0 {
+				for _, b := range [][]byte{bucketBatches, bucketEntries} {
+					if err := deletePrefix(tx.Bucket(b), u64(old)); err != nil {
+						return err
+					}
+				}
+				if err := abortQueued(tx, old, now); err != nil {
+					return err
+				}
+			}
+			if err := meta.store(tx, key); err != nil {
+				return err
+			}
+			inc = incarnationOf(meta.inc)
+			return nil
+		}, key.encode(), nil
+	}}
+	if err := db.submit(ctx, op); err != nil {
+		return "", fmt.Errorf("reset %s: %w", key, err)
+	}
+	return inc, nil
+}
+
+// deletePrefix collects, then deletes: deleting under a cursor skips keys.
+func deletePrefix(b *bolt.Bucket, prefix []byte) error {
+	var keys [][]byte
+	c := b.Cursor()
+	for k, _ := c.Seek(prefix); k != nil && len(k) >= len(prefix) && string(k[:len(prefix)]) == string(prefix); k, _ = c.Next() {
+		keys = append(keys, append([]byte(nil), k...))
+	}
+	for _, k := range keys {
+		if err := b.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func abortQueued(tx *bolt.Tx, streamID uint64, now time.Time) error {
+	queue := tx.Bucket(bucketQueue)
+	var ids []string
+	c := queue.Cursor()
+	for k, v := c.Seek(u64(streamID)); k != nil && binary.BigEndian.Uint64(k) == streamID; k, v = c.Next() {
+		ids = append(ids, string(v))
+	}
+	for _, id := range ids {
+		s, err := getSubmission(tx, id)
+		if err != nil {
+			return err
+		}
+		s.Status, s.SettledAt = StatusAborted, now
+		s.Error = &Failure{Code: "stream_reset", Message: "the stream was reset before the submission settled"}
+		if err := putSubmission(tx, s); err != nil {
+			return err
+		}
+	}
+	return deletePrefix(queue, u64(streamID))
+}

@@ -1,0 +1,163 @@
+package log
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Write is one atomic change to a stream: records to append and submission
+// status changes, committed in one transaction so the stream and the
+// submissions never disagree.
+type Write struct {
+	Key     Key
+	Records []Record
+	// Start moves these admitted submissions to running, as turn TurnID.
+	Start  []string
+	TurnID string
+	// Settle appends one settlement entry per element, after Records, and
+	// gives each submission its terminal status.
+	Settle []Settlement
+}
+
+// Appended says where a write's batch went.
+type Appended struct {
+	Incarnation Incarnation
+	// Offset is where the batch starts; empty when the write appended no
+	// records (a Start alone).
+	Offset     Offset
+	NextOffset Offset
+	// Records are the records as stored: ids, parents, timestamps filled in.
+	Records []Record
+}
+
+// Append stores records as one batch at the stream's tail, creating the
+// stream if needed. It returns after the batch is on disk.
+func (db *DB) Append(ctx context.Context, key Key, records ...Record) (Appended, error) {
+	return db.Write(ctx, Write{Key: key, Records: records})
+}
+
+// Write commits w durably.
+func (db *DB) Write(ctx context.Context, w Write) (Appended, error) {
+	if err := w.Key.Validate(); err != nil {
+		return Appended{}, fmt.Errorf("write %s: %w", w.Key, err)
+	}
+	if len(w.Records) == 0 && len(w.Start) == 0 && len(w.Settle) == 0 {
+		return Appended{}, fmt.Errorf("write %s: %w: nothing to write", w.Key, ErrInvalidRecord)
+	}
+	var res Appended
+	op := &write{prepare: func(tx *bolt.Tx, now time.Time) (func() error, []byte, error) {
+		res = Appended{}
+		return prepareWrite(tx, w, now, &res)
+	}}
+	if err := db.submit(ctx, op); err != nil {
+		return Appended{}, fmt.Errorf("write %s: %w", w.Key, err)
+	}
+	return res, nil
+}
+
+func prepareWrite(tx *bolt.Tx, w Write, now time.Time, res *Appended) (func() error, []byte, error) {
+	meta, exists, err := loadStream(tx, w.Key)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !exists {
+		if len(w.Start) > 0 || len(w.Settle) > 0 {
+			return nil, nil, fmt.Errorf("%w: stream has no submissions", ErrSubmissionNotFound)
+		}
+		meta = newStream(now)
+	}
+	subs := make(map[string]*storedSubmission, len(w.Start)+len(w.Settle))
+	load := func(id string) (*storedSubmission, error) {
+		if subs[id] != nil {
+			return nil, fmt.Errorf("%w: %s named twice in one write", ErrSubmissionState, id)
+		}
+		s, err := getSubmission(tx, id)
+		if err != nil {
+			return nil, err
+		}
+		if s.Key != w.Key {
+			return nil, fmt.Errorf("%w: %s belongs to another stream", ErrSubmissionState, id)
+		}
+		if s.Status.Terminal() {
+			return nil, fmt.Errorf("%w: %s is %s", ErrSubmissionSettled, id, s.Status)
+		}
+		subs[id] = s
+		return s, nil
+	}
+	for _, id := range w.Start {
+		s, err := load(id)
+		if err != nil {
+			return nil, nil, err
+		}
+		if s.Status != StatusAdmitted {
+			return nil, nil, fmt.Errorf("%w: %s is %s, not admitted", ErrSubmissionState, id, s.Status)
+		}
+		s.Status, s.StartedAt, s.TurnID = StatusRunning, now, w.TurnID
+	}
+	records := w.Records
+	settled := make([]*storedSubmission, 0, len(w.Settle))
+	if len(w.Settle) > 0 {
+		records = append(make([]Record, 0, len(w.Records)+len(w.Settle)), w.Records...)
+		for _, st := range w.Settle {
+			if !st.Outcome.Valid() {
+				return nil, nil, fmt.Errorf("%w: outcome %q", ErrInvalidRecord, st.Outcome)
+			}
+			s := subs[st.SubmissionID]
+			if s == nil {
+				if s, err = load(st.SubmissionID); err != nil {
+					return nil, nil, err
+				}
+			}
+			s.Status, s.SettledAt = Status(st.Outcome), now
+			s.Error, s.AnsweredBySubmissionID = st.Error, st.AnsweredBySubmissionID
+			if s.TurnID == "" {
+				s.TurnID = w.TurnID
+			}
+			payload, err := json.Marshal(st)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%w: settlement: %v", ErrInvalidRecord, err)
+			}
+			records = append(records, EntryRecord(Entry{
+				Type: EntrySettlement, SubmissionID: st.SubmissionID, TurnID: s.TurnID, Payload: payload,
+			}))
+			settled = append(settled, s)
+		}
+	}
+	var plan *batchPlan
+	if len(records) > 0 {
+		if plan, err = planAppend(tx, w.Key, meta, records, now); err != nil {
+			return nil, nil, err
+		}
+	}
+	mutate := func() error {
+		if plan != nil {
+			if err := plan.store(tx); err != nil {
+				return err
+			}
+			meta = plan.meta
+			res.Offset, res.Records = offsetOf(plan.pos), plan.records
+		}
+		res.Incarnation, res.NextOffset = incarnationOf(meta.inc), offsetOf(meta.next)
+		for _, s := range subs {
+			if err := putSubmission(tx, s); err != nil {
+				return err
+			}
+		}
+		queue := tx.Bucket(bucketQueue)
+		for _, s := range settled {
+			if err := queue.Delete(pairKey(meta.id, s.Seq)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var touched []byte
+	if plan != nil {
+		touched = w.Key.encode()
+	}
+	return mutate, touched, nil
+}
