@@ -15,7 +15,7 @@ import (
 var (
 	bucketStreams     = []byte("streams")     // Key.encode() -> streamMeta
 	bucketBatches     = []byte("batches")     // streamID(8) pos(8) -> batch
-	bucketEntries     = []byte("entries")     // streamID(8) entryID -> pos(8)
+	bucketEntries     = []byte("entries")     // entryID streamID(8) -> pos(8)
 	bucketSubmissions = []byte("submissions") // submission id -> storedSubmission JSON
 	bucketQueue       = []byte("queue")       // streamID(8) seq(8) -> submission id (unsettled only)
 	bucketOutbox      = []byte("outbox")      // seq(8) -> submission id (not yet published)

@@ -3,6 +3,7 @@ package log
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -31,10 +32,8 @@ func (db *DB) Reset(ctx context.Context, key Key) (Incarnation, error) {
 		meta.inc, meta.next, meta.leaf = ulid.Make(), 0, ""
 		return func() error {
 			if old != 0 {
-				for _, b := range [][]byte{bucketBatches, bucketEntries} {
-					if err := deletePrefix(tx.Bucket(b), u64(old)); err != nil {
-						return err
-					}
+				if err := deleteRecords(tx, old); err != nil {
+					return err
 				}
 				if err := abortQueued(tx, old, now); err != nil {
 					return err
@@ -51,6 +50,38 @@ func (db *DB) Reset(ctx context.Context, key Key) (Incarnation, error) {
 		return "", fmt.Errorf("reset %s: %w", key, err)
 	}
 	return inc, nil
+}
+
+// deleteRecords removes a stream's batches and the index of their entries.
+func deleteRecords(tx *bolt.Tx, streamID uint64) error {
+	entries := tx.Bucket(bucketEntries)
+	c := tx.Bucket(bucketBatches).Cursor()
+	var ids []string
+	for k, v := c.Seek(u64(streamID)); k != nil && binary.BigEndian.Uint64(k) == streamID; k, v = c.Next() {
+		_, array, err := decodeBatchHeader(v)
+		if err != nil {
+			return err
+		}
+		var recs []struct {
+			Entry *struct {
+				ID string `json:"id"`
+			} `json:"entry"`
+		}
+		if err := json.Unmarshal(array, &recs); err != nil {
+			return err
+		}
+		for _, r := range recs {
+			if r.Entry != nil {
+				ids = append(ids, r.Entry.ID)
+			}
+		}
+	}
+	for _, id := range ids {
+		if err := entries.Delete(entryKey(streamID, id)); err != nil {
+			return err
+		}
+	}
+	return deletePrefix(tx.Bucket(bucketBatches), u64(streamID))
 }
 
 // deletePrefix collects, then deletes: deleting under a cursor skips keys.

@@ -95,9 +95,13 @@ func pairKey(a, b uint64) []byte {
 	return k
 }
 
+// entryKey puts the entry id first: generated ids are ULIDs, ordered by
+// time, so the index of a commit's new entries lands on one or two pages at
+// the end of the bucket instead of one page per stream. The id's length
+// tells apart the keys of ids that are prefixes of each other.
 func entryKey(streamID uint64, entryID string) []byte {
-	k := make([]byte, 8+len(entryID))
-	binary.BigEndian.PutUint64(k, streamID)
-	copy(k[8:], entryID)
+	k := make([]byte, len(entryID)+8)
+	copy(k, entryID)
+	binary.BigEndian.PutUint64(k[len(entryID):], streamID)
 	return k
 }

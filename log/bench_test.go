@@ -1,0 +1,268 @@
+package log_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	clog "github.com/convlog/convlog/log"
+	bolt "go.etcd.io/bbolt"
+)
+
+// The append benchmarks and the bare-bbolt ceilings run side by side in one
+// `go test -bench . ./log/` so their ratio is measured under the same noise.
+// Each op is one durable append (or put) of one 256-byte record.
+
+const benchRecordBytes = 256
+
+func benchPayload() json.RawMessage {
+	// A message payload whose stored record comes to about 256 bytes.
+	text := bytes.Repeat([]byte("x"), benchRecordBytes-150)
+	p, _ := json.Marshal(clog.MessagePayload{Parts: []clog.Part{{Type: clog.PartText, Text: string(text)}}})
+	return p
+}
+
+// runWriters spreads b.N operations over n goroutines and reports ops/s.
+func runWriters(b *testing.B, n int, op func(writer, i int) error) {
+	b.Helper()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	b.ResetTimer()
+	for w := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= b.N {
+					return
+				}
+				if err := op(w, i); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "appends/s")
+}
+
+func BenchmarkAppend(b *testing.B) {
+	payload := benchPayload()
+	for _, writers := range []int{1, 64} {
+		b.Run(fmt.Sprintf("convlog/writers=%d", writers), func(b *testing.B) {
+			db := openTestDB(b, nil)
+			ctx := context.Background()
+			runWriters(b, writers, func(w, _ int) error {
+				key := clog.Key{Agent: "bench", Instance: "i", Session: "s" + strconv.Itoa(w)}
+				_, err := db.Append(ctx, key, clog.EntryRecord(clog.Entry{Type: clog.EntryUserMessage, Payload: payload}))
+				return err
+			})
+			commits, writes := db.CommitStats()
+			b.ReportMetric(float64(writes)/float64(max(commits, 1)), "writes/commit")
+		})
+	}
+	// The ceilings: bare bbolt, the same record size, no engine logic.
+	value := bytes.Repeat([]byte("x"), benchRecordBytes)
+	b.Run("bbolt-batch-max64/writers=64", func(b *testing.B) {
+		bdb := openBolt(b)
+		bdb.MaxBatchSize = 64
+		runWriters(b, 64, func(w, i int) error {
+			return bdb.Batch(func(tx *bolt.Tx) error {
+				return tx.Bucket([]byte("b")).Put(benchKey(w, i), value)
+			})
+		})
+	})
+	b.Run("bbolt-groupcommit/writers=64", func(b *testing.B) {
+		bdb := openBolt(b)
+		gc := newGroupCommitter(bdb)
+		defer gc.close()
+		runWriters(b, 64, func(w, i int) error { return gc.put(benchKey(w, i), value) })
+	})
+}
+
+func openBolt(b *testing.B) *bolt.DB {
+	bdb, err := bolt.Open(filepath.Join(b.TempDir(), "bare.db"), 0o600, &bolt.Options{InitialMmapSize: 1 << 30})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { bdb.Close() })
+	if err := bdb.Update(func(tx *bolt.Tx) error { _, err := tx.CreateBucket([]byte("b")); return err }); err != nil {
+		b.Fatal(err)
+	}
+	return bdb
+}
+
+func benchKey(w, i int) []byte {
+	k := make([]byte, 16)
+	binary.BigEndian.PutUint64(k, uint64(w))
+	binary.BigEndian.PutUint64(k[8:], uint64(i))
+	return k
+}
+
+// groupCommitter is the simplest timer-less group commit over bare bbolt:
+// one goroutine takes every put queued during the previous fsync.
+type groupCommitter struct {
+	db   *bolt.DB
+	reqs chan gcReq
+	done chan struct{}
+}
+
+type gcReq struct {
+	k, v []byte
+	err  chan error
+}
+
+func newGroupCommitter(db *bolt.DB) *groupCommitter {
+	g := &groupCommitter{db: db, reqs: make(chan gcReq, 1024), done: make(chan struct{})}
+	go func() {
+		defer close(g.done)
+		batch := make([]gcReq, 0, 1024)
+		for r := range g.reqs {
+			batch = append(batch[:0], r)
+		drain:
+			for len(batch) < cap(batch) {
+				select {
+				case r, ok := <-g.reqs:
+					if !ok {
+						break drain
+					}
+					batch = append(batch, r)
+				default:
+					break drain
+				}
+			}
+			err := db.Update(func(tx *bolt.Tx) error {
+				bk := tx.Bucket([]byte("b"))
+				for _, r := range batch {
+					if err := bk.Put(r.k, r.v); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			for _, r := range batch {
+				r.err <- err
+			}
+		}
+	}()
+	return g
+}
+
+func (g *groupCommitter) put(k, v []byte) error {
+	r := gcReq{k: k, v: v, err: make(chan error, 1)}
+	g.reqs <- r
+	return <-r.err
+}
+
+func (g *groupCommitter) close() { close(g.reqs); <-g.done }
+
+// catchUpDB is one 1,000,000-record stream, built once for the read
+// benchmarks in batches of 10 records.
+var catchUp struct {
+	once sync.Once
+	dir  string
+	db   *clog.DB
+	err  error
+}
+
+const catchUpRecords = 1_000_000
+
+var catchUpKey = clog.Key{Agent: "bench", Instance: "i", Session: "long"}
+
+func catchUpDB(b *testing.B) *clog.DB {
+	catchUp.once.Do(func() {
+		dir, err := tmpDir()
+		if err != nil {
+			catchUp.err = err
+			return
+		}
+		catchUp.dir = dir
+		db, err := clog.Open(filepath.Join(dir, "long.db"), nil)
+		if err != nil {
+			catchUp.err = err
+			return
+		}
+		catchUp.db = db
+		payload := benchPayload()
+		const perBatch = 10
+		var wg sync.WaitGroup
+		var next atomic.Int64
+		for range 64 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				recs := make([]clog.Record, perBatch)
+				for next.Add(perBatch) <= catchUpRecords {
+					for j := range recs {
+						recs[j] = clog.EntryRecord(clog.Entry{Type: clog.EntryUserMessage, Payload: payload})
+					}
+					if _, err := db.Append(context.Background(), catchUpKey, recs...); err != nil {
+						catchUp.err = err
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+	})
+	if catchUp.err != nil {
+		b.Fatal(catchUp.err)
+	}
+	return catchUp.db
+}
+
+func BenchmarkCatchUp(b *testing.B) {
+	db := catchUpDB(b)
+	ctx := context.Background()
+	// The middle: walk to the batch that holds record 500,000.
+	middle := clog.Start
+	for seen := 0; seen < catchUpRecords/2; {
+		res, err := db.Read(ctx, catchUpKey, middle, clog.MaxReadLimit)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, bt := range res.Batches {
+			seen += bt.Count
+		}
+		middle = res.NextOffset
+	}
+	for _, from := range []struct {
+		name   string
+		offset clog.Offset
+	}{{"from=0", clog.Start}, {"from=middle", middle}} {
+		b.Run(from.name, func(b *testing.B) {
+			// Each op reads one page of up to MaxReadLimit records.
+			records := 0
+			off := from.offset
+			for b.Loop() {
+				res, err := db.Read(ctx, catchUpKey, off, clog.MaxReadLimit)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, bt := range res.Batches {
+					records += bt.Count
+				}
+				off = res.NextOffset
+				if res.UpToDate {
+					off = from.offset
+				}
+			}
+			b.ReportMetric(float64(records)/b.Elapsed().Seconds(), "records/s")
+		})
+	}
+}

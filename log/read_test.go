@@ -1,0 +1,221 @@
+package log_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	clog "github.com/convlog/convlog/log"
+)
+
+func TestReadPaging(t *testing.T) {
+	ctx := context.Background()
+	db := openTestDB(t, nil)
+	var offsets []clog.Offset
+	for i := range 10 {
+		recs := make([]clog.Record, i%3+1)
+		for j := range recs {
+			recs[j] = userEntry("r")
+		}
+		a, err := db.Append(ctx, testKey, recs...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		offsets = append(offsets, a.Offset)
+	}
+	// Paging by any limit visits every batch once, whole, in order.
+	for _, limit := range []int{1, 2, 3, 5, 100} {
+		var seen []clog.Offset
+		off := clog.Start
+		for {
+			res, err := db.Read(ctx, testKey, off, limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			records := 0
+			for _, b := range res.Batches {
+				seen = append(seen, b.Offset)
+				records += b.Count
+				if recs, err := b.Records.Decode(); err != nil || len(recs) != b.Count {
+					t.Fatalf("batch %s: %d records, count %d, %v", b.Offset, len(recs), b.Count, err)
+				}
+			}
+			if len(res.Batches) > 1 && records > limit {
+				t.Fatalf("limit %d: read %d records in %d batches", limit, records, len(res.Batches))
+			}
+			off = res.NextOffset
+			if res.UpToDate {
+				break
+			}
+		}
+		if len(seen) != len(offsets) {
+			t.Fatalf("limit %d: saw %v, want %v", limit, seen, offsets)
+		}
+		for i := range seen {
+			if seen[i] != offsets[i] {
+				t.Fatalf("limit %d: saw %v, want %v", limit, seen, offsets)
+			}
+		}
+	}
+}
+
+func TestReadOffsets(t *testing.T) {
+	ctx := context.Background()
+	db := openTestDB(t, nil)
+	if _, err := db.Append(ctx, testKey, userEntry("a"), userEntry("b")); err != nil {
+		t.Fatal(err)
+	}
+	absent := clog.Key{Agent: "echo", Instance: "i1", Session: "nobody"}
+	cases := []struct {
+		name   string
+		key    clog.Key
+		offset clog.Offset
+		want   error
+	}{
+		{"start", testKey, "0", nil},
+		{"tail", testKey, "2", nil},
+		{"inside a batch", testKey, "1", clog.ErrUnknownOffset},
+		{"past the tail", testKey, "3", clog.ErrUnknownOffset},
+		{"huge", testKey, "18446744073709551615", clog.ErrUnknownOffset},
+		{"overflow", testKey, "18446744073709551616", clog.ErrInvalidOffset},
+		{"leading zero", testKey, "02", clog.ErrInvalidOffset},
+		{"negative", testKey, "-1", clog.ErrInvalidOffset},
+		{"empty", testKey, "", clog.ErrInvalidOffset},
+		{"absent start", absent, "0", nil},
+		{"absent elsewhere", absent, "2", clog.ErrUnknownOffset},
+		{"bad key", clog.Key{Agent: "a b", Instance: "i", Session: "s"}, "0", clog.ErrInvalidName},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := db.Read(ctx, tc.key, tc.offset, 0)
+			if !errors.Is(err, tc.want) && !(tc.want == nil && err == nil) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+		})
+	}
+	var oe *clog.OffsetError
+	if _, err := db.Read(ctx, testKey, "1", 0); !errors.As(err, &oe) || oe.Incarnation == "" {
+		t.Fatalf("offset error without incarnation: %v", err)
+	}
+}
+
+func TestResetChangesIncarnation(t *testing.T) {
+	ctx := context.Background()
+	db := openTestDB(t, nil)
+	sub, _, err := db.Admit(ctx, clog.Admission{Key: testKey, Records: []clog.Record{userEntry("a")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := db.Append(ctx, testKey, userEntry("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inc, err := db.Reset(ctx, testKey)
+	if err != nil || inc == a.Incarnation {
+		t.Fatalf("reset: %v %v", inc, err)
+	}
+	res, err := db.Read(ctx, testKey, clog.Start, 0)
+	if err != nil || res.Incarnation != inc || len(res.Batches) != 0 {
+		t.Fatalf("after reset: %+v %v", res, err)
+	}
+	if _, err := db.Read(ctx, testKey, a.Offset, 0); !errors.Is(err, clog.ErrUnknownOffset) {
+		t.Fatalf("old offset: %v", err)
+	}
+	if s, _ := db.Submission(ctx, sub.ID); s.Status != clog.StatusAborted || s.Error == nil || s.Error.Code != "stream_reset" {
+		t.Fatalf("queued submission after reset: %+v", s)
+	}
+	// Old entry ids are forgotten: the new incarnation starts a fresh path.
+	b, err := db.Append(ctx, testKey, userEntry("c"))
+	if err != nil || b.Offset != clog.Start || b.Records[0].Entry.ParentID != "" {
+		t.Fatalf("append after reset: %+v %v", b, err)
+	}
+}
+
+func TestTruncationMovesLeaf(t *testing.T) {
+	ctx := context.Background()
+	db := openTestDB(t, nil)
+	a, _ := db.Append(ctx, testKey, userEntry("a"), userEntry("b"))
+	first := a.Records[0].Entry.ID
+	tr, err := db.Append(ctx, testKey, clog.TruncatedRecord(first, "edit"), userEntry("b2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.Records[0].NewLeafID != first || tr.Records[1].Entry.ParentID != first {
+		t.Fatalf("truncation: %+v %+v", tr.Records[0], tr.Records[1].Entry)
+	}
+	root, err := db.Append(ctx, testKey, clog.TruncatedRecord("", "clear"), userEntry("fresh"))
+	if err != nil || root.Records[1].Entry.ParentID != "" {
+		t.Fatalf("rewind to start: %+v %v", root, err)
+	}
+}
+
+func TestWait(t *testing.T) {
+	ctx := context.Background()
+	db := openTestDB(t, nil)
+
+	// An absent stream: waiting at "0" with no incarnation blocks until the
+	// first append.
+	woke := make(chan error, 1)
+	go func() { woke <- db.Wait(ctx, testKey, clog.Start, "") }()
+	select {
+	case err := <-woke:
+		t.Fatalf("woke before any append: %v", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	a, err := db.Append(ctx, testKey, userEntry("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-woke; err != nil {
+		t.Fatal(err)
+	}
+	// Behind the tail: returns at once.
+	if err := db.Wait(ctx, testKey, clog.Start, a.Incarnation); err != nil {
+		t.Fatal(err)
+	}
+	// Cancellation.
+	cctx, cancel := context.WithCancel(ctx)
+	go func() { woke <- db.Wait(cctx, testKey, a.NextOffset, a.Incarnation) }()
+	cancel()
+	if err := <-woke; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled wait: %v", err)
+	}
+	// Many waiters, one append wakes all.
+	const n = 1000
+	all := make(chan error, n)
+	for range n {
+		go func() { all <- db.Wait(ctx, testKey, a.NextOffset, a.Incarnation) }()
+	}
+	time.Sleep(20 * time.Millisecond)
+	if _, err := db.Append(ctx, testKey, userEntry("y")); err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		if err := <-all; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestWaitEndsOnClose(t *testing.T) {
+	db, err := clog.Open(t.TempDir()+"/db", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	woke := make(chan error, 1)
+	go func() { woke <- db.Wait(context.Background(), testKey, clog.Start, "") }()
+	time.Sleep(10 * time.Millisecond)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-woke; !errors.Is(err, clog.ErrClosed) {
+		t.Fatalf("wait after close: %v", err)
+	}
+	if _, err := db.Append(context.Background(), testKey, userEntry("x")); !errors.Is(err, clog.ErrClosed) {
+		t.Fatalf("append after close: %v", err)
+	}
+	if _, err := db.Read(context.Background(), testKey, clog.Start, 0); !errors.Is(err, clog.ErrClosed) {
+		t.Fatalf("read after close: %v", err)
+	}
+}

@@ -1,0 +1,205 @@
+package log_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	clog "github.com/convlog/convlog/log"
+)
+
+func TestSubmissionLifecycle(t *testing.T) {
+	ctx := context.Background()
+	db := openTestDB(t, nil)
+
+	s1, replayed, err := db.Admit(ctx, clog.Admission{Key: testKey, Records: []clog.Record{userEntry("hi")}})
+	if err != nil || replayed {
+		t.Fatalf("admit: %v %v", err, replayed)
+	}
+	s2, _, err := db.Admit(ctx, clog.Admission{Key: testKey, Records: []clog.Record{userEntry("again")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s1.Status != clog.StatusAdmitted || s1.Offset != clog.Start || s2.Offset != "1" {
+		t.Fatalf("admitted %+v %+v", s1, s2)
+	}
+	// The user entry carries the submission id and is the first record at
+	// the submission's offset.
+	res, err := db.Read(ctx, testKey, s2.Offset, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, _ := res.Batches[0].Records.Decode()
+	if recs[0].Entry.SubmissionID != s2.ID || recs[0].Entry.ID != s2.EntryID {
+		t.Fatalf("user entry %+v, submission %+v", recs[0].Entry, s2)
+	}
+
+	pending, err := db.Pending(ctx, testKey)
+	if err != nil || len(pending) != 2 || pending[0].ID != s1.ID || pending[1].ID != s2.ID {
+		t.Fatalf("pending %v %v", pending, err)
+	}
+	out, err := db.Unpublished(ctx, 10)
+	if err != nil || len(out) != 2 {
+		t.Fatalf("outbox %v %v", out, err)
+	}
+	if err := db.MarkPublished(ctx, s1.ID, s2.ID, "sub_unknown"); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := db.Unpublished(ctx, 10); len(out) != 0 {
+		t.Fatalf("outbox after publish: %v", out)
+	}
+
+	if _, err := db.Write(ctx, clog.Write{Key: testKey, Start: []string{s1.ID, s2.ID}, TurnID: "turn_1"}); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := db.Submission(ctx, s1.ID); s.Status != clog.StatusRunning || s.TurnID != "turn_1" || s.StartedAt.IsZero() {
+		t.Fatalf("started %+v", s)
+	}
+	ap, err := db.Write(ctx, clog.Write{Key: testKey, TurnID: "turn_1",
+		Records: []clog.Record{userEntry("reply")},
+		Settle: []clog.Settlement{
+			{SubmissionID: s1.ID, Outcome: clog.OutcomeCompleted, AnsweredBySubmissionID: s2.ID},
+			{SubmissionID: s2.ID, Outcome: clog.OutcomeCompleted},
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ap.Records) != 3 || ap.Records[1].Entry.Type != clog.EntrySettlement || ap.Records[2].Entry.SubmissionID != s2.ID {
+		t.Fatalf("settle batch %+v", ap.Records)
+	}
+	got, _ := db.Submission(ctx, s1.ID)
+	if got.Status != clog.StatusCompleted || got.AnsweredBySubmissionID != s2.ID || got.SettledAt.IsZero() {
+		t.Fatalf("settled %+v", got)
+	}
+	if p, _ := db.Pending(ctx, testKey); len(p) != 0 {
+		t.Fatalf("pending after settle: %v", p)
+	}
+	_, err = db.Write(ctx, clog.Write{Key: testKey, Settle: []clog.Settlement{{SubmissionID: s1.ID, Outcome: clog.OutcomeAborted}}})
+	if !errors.Is(err, clog.ErrSubmissionSettled) {
+		t.Fatalf("settle twice: %v", err)
+	}
+}
+
+func TestWriteRefusals(t *testing.T) {
+	ctx := context.Background()
+	db := openTestDB(t, nil)
+	sub, _, err := db.Admit(ctx, clog.Admission{Key: testKey, Records: []clog.Record{userEntry("x")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := clog.Key{Agent: "echo", Instance: "i1", Session: "other"}
+	if _, err := db.Append(ctx, other, userEntry("y")); err != nil {
+		t.Fatal(err)
+	}
+	bad := clog.Key{Agent: "echo", Instance: "../etc", Session: "default"}
+	cases := []struct {
+		name string
+		w    clog.Write
+		want error
+	}{
+		{"invalid name", clog.Write{Key: bad, Records: []clog.Record{userEntry("x")}}, clog.ErrInvalidName},
+		{"empty write", clog.Write{Key: testKey}, clog.ErrInvalidRecord},
+		{"unknown kind", clog.Write{Key: testKey, Records: []clog.Record{{Kind: "bogus"}}}, clog.ErrInvalidRecord},
+		{"entry without type", clog.Write{Key: testKey, Records: []clog.Record{clog.EntryRecord(clog.Entry{})}}, clog.ErrInvalidRecord},
+		{"bad payload", clog.Write{Key: testKey, Records: []clog.Record{clog.EntryRecord(clog.Entry{Type: "x", Payload: []byte("{")})}}, clog.ErrInvalidRecord},
+		{"unknown parent", clog.Write{Key: testKey, Records: []clog.Record{clog.EntryRecord(clog.Entry{Type: "x", ParentID: "nope"})}}, clog.ErrUnknownEntry},
+		{"unknown rewind", clog.Write{Key: testKey, Records: []clog.Record{clog.TruncatedRecord("nope", "r")}}, clog.ErrUnknownEntry},
+		{"duplicate id", clog.Write{Key: testKey, Records: []clog.Record{clog.EntryRecord(clog.Entry{ID: sub.EntryID, Type: "x"})}}, clog.ErrDuplicateEntry},
+		{"start unknown", clog.Write{Key: testKey, Start: []string{"sub_nope"}}, clog.ErrSubmissionNotFound},
+		{"start other stream", clog.Write{Key: other, Start: []string{sub.ID}}, clog.ErrSubmissionState},
+		{"bad outcome", clog.Write{Key: testKey, Settle: []clog.Settlement{{SubmissionID: sub.ID, Outcome: "meh"}}}, clog.ErrInvalidRecord},
+		{"named twice", clog.Write{Key: testKey, Start: []string{sub.ID, sub.ID}}, clog.ErrSubmissionState},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := db.Write(ctx, tc.w); !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+		})
+	}
+	// Refusals wrote nothing: the stream still holds its one batch.
+	res, err := db.Read(ctx, testKey, clog.Start, 0)
+	if err != nil || len(res.Batches) != 1 || res.NextOffset != "1" {
+		t.Fatalf("after refusals: %+v %v", res, err)
+	}
+	if s, _ := db.Submission(ctx, sub.ID); s.Status != clog.StatusAdmitted {
+		t.Fatalf("submission changed: %+v", s)
+	}
+}
+
+// A refused write that shares a group commit with good writes must not
+// disturb them.
+func TestRefusalInSharedCommit(t *testing.T) {
+	ctx := context.Background()
+	db := openTestDB(t, nil)
+	const n = 200
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			rec := userEntry("ok")
+			if i%3 == 0 {
+				rec = clog.Record{Kind: "bogus"}
+			}
+			_, err := db.Append(ctx, testKey, rec)
+			errs <- err
+		}()
+	}
+	bad := 0
+	for range n {
+		if err := <-errs; err != nil {
+			if !errors.Is(err, clog.ErrInvalidRecord) {
+				t.Fatal(err)
+			}
+			bad++
+		}
+	}
+	_, tail, _ := db.Tail(ctx, testKey)
+	if bad != (n+2)/3 || tail != clog.Offset(itoa(n-bad)) {
+		t.Fatalf("bad=%d tail=%s", bad, tail)
+	}
+	commits, writes := db.CommitStats()
+	t.Logf("%d writes in %d commits", writes, commits)
+}
+
+func TestIdempotency(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	db := openTestDB(t, &clog.Options{Now: clock, IdempotencyTTL: time.Hour})
+	adm := clog.Admission{Key: testKey, Records: []clog.Record{userEntry("x")}, IdempotencyKey: "k1", RequestHash: "h1"}
+
+	first, replayed, err := db.Admit(ctx, adm)
+	if err != nil || replayed {
+		t.Fatal(err, replayed)
+	}
+	again, replayed, err := db.Admit(ctx, adm)
+	if err != nil || !replayed || again.ID != first.ID || again.Offset != first.Offset {
+		t.Fatalf("repeat: %+v %v %v", again, replayed, err)
+	}
+	if _, tail, _ := db.Tail(ctx, testKey); tail != "1" {
+		t.Fatalf("repeat appended: tail %s", tail)
+	}
+	other := adm
+	other.RequestHash = "h2"
+	if _, _, err := db.Admit(ctx, other); !errors.Is(err, clog.ErrIdempotencyKeyReused) {
+		t.Fatalf("reuse: %v", err)
+	}
+	// Another instance has its own key space.
+	elsewhere := adm
+	elsewhere.Key.Instance = "i2"
+	if _, replayed, err := db.Admit(ctx, elsewhere); err != nil || replayed {
+		t.Fatalf("other instance: %v %v", err, replayed)
+	}
+	now = now.Add(2 * time.Hour)
+	if n, err := db.ExpireIdempotencyKeys(ctx, 100); err != nil || n != 2 {
+		t.Fatalf("expired %d %v", n, err)
+	}
+	fresh, replayed, err := db.Admit(ctx, other)
+	if err != nil || replayed || fresh.ID == first.ID {
+		t.Fatalf("after expiry: %+v %v %v", fresh, replayed, err)
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
