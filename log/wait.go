@@ -47,6 +47,18 @@ func (n *notifier) wake(k string) {
 	n.mu.Unlock()
 }
 
+// Changed returns a channel that is closed by the next commit that appends
+// to the stream or resets it, for callers that select on several events at
+// once (an SSE connection waits on records, deltas and its heartbeat).
+// Subscribe first, then read: a commit in between still closes the channel.
+// Call release when done with it, whether or not it fired.
+func (db *DB) Changed(key Key) (ch <-chan struct{}, release func()) {
+	return db.notify.subscribe(string(key.encode()))
+}
+
+// Done is closed when the log closes.
+func (db *DB) Done() <-chan struct{} { return db.done }
+
 // Wait blocks until the stream differs from what the caller last saw: its
 // tail is past offset or its incarnation is no longer inc (pass "" for a
 // stream that did not exist). It returns nil then, ctx.Err() when the
