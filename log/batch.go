@@ -69,7 +69,8 @@ func encodeBatch(recs []Record) ([]byte, error) {
 }
 
 // decodeBatchHeader splits a stored batch into its count and records array.
-// It rejects a value that is not of our making rather than trusting it.
+// It checks the framing only (count and brackets): the records themselves
+// are served as stored, without the cost of parsing them on every read.
 func decodeBatchHeader(v []byte) (count uint64, records []byte, err error) {
 	count, n := binary.Uvarint(v)
 	if n <= 0 || count == 0 || count > MaxRecordsBatch {

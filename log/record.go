@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+	"unicode/utf8"
 )
 
 // Record kinds.
@@ -138,12 +139,15 @@ func (r *Record) validate() error {
 				return fmt.Errorf("%w: id %q", ErrInvalidRecord, truncate(id))
 			}
 		}
-		if len(e.Payload) > 0 && !json.Valid(e.Payload) {
+		if len(e.Payload) > 0 && (!utf8.Valid(e.Payload) || !json.Valid(e.Payload)) {
 			return fmt.Errorf("%w: entry %s payload is not JSON", ErrInvalidRecord, e.Type)
 		}
 	case KindTruncated:
 		if len(r.RewoundTo) > MaxIDLength || len(r.NewLeafID) > MaxIDLength || len(r.Reason) > MaxReasonLength {
 			return fmt.Errorf("%w: truncation fields too long", ErrInvalidRecord)
+		}
+		if !printable(r.RewoundTo) || !printable(r.NewLeafID) || !utf8.ValidString(r.Reason) {
+			return fmt.Errorf("%w: truncation fields must be UTF-8 text", ErrInvalidRecord)
 		}
 	default:
 		return fmt.Errorf("%w: record kind %q", ErrInvalidRecord, truncate(r.Kind))
@@ -151,7 +155,13 @@ func (r *Record) validate() error {
 	return nil
 }
 
+// printable accepts valid UTF-8 without control characters. Anything else
+// would be rewritten by the JSON encoder, so that what is stored differs
+// from what was accepted.
 func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
 	for i := 0; i < len(s); i++ {
 		if s[i] < 0x20 || s[i] == 0x7f {
 			return false

@@ -1,0 +1,111 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"iter"
+)
+
+// Agent is the Agent Handler contract: one Invoke is one turn.
+//
+// The Go form of the contract's MUSTs:
+//  1. Iterated to its end, the sequence yields exactly one terminal event,
+//     Completed or Failed, and nothing after it.
+//  2. Failures are Failed events; Invoke does not panic. (The pool recovers
+//     a panic anyway and settles the turn failed, code "agent_panic".)
+//  3. When the caller stops iterating (yield returns false) or ctx ends, the
+//     agent stops its work promptly and returns; no terminal is expected.
+type Agent interface {
+	Invoke(ctx context.Context, scope Scope, prompt Prompt) iter.Seq[Event]
+}
+
+// AgentFunc adapts a function to Agent.
+type AgentFunc func(ctx context.Context, scope Scope, prompt Prompt) iter.Seq[Event]
+
+// Invoke calls f.
+func (f AgentFunc) Invoke(ctx context.Context, scope Scope, prompt Prompt) iter.Seq[Event] {
+	return f(ctx, scope, prompt)
+}
+
+// Scope anchors a turn in its conversation. Session is the same for every
+// turn of one conversation: "agent/instance/session".
+type Scope struct {
+	Session  string `json:"session"`
+	Agent    string `json:"agent"`
+	Instance string `json:"instance"`
+}
+
+// Prompt is what the turn answers: the text of every submission it answers,
+// in order, separated by blank lines, and their images.
+type Prompt struct {
+	Text   string  `json:"text"`
+	Images []Image `json:"images,omitempty"`
+}
+
+// Image is an inline image of a prompt.
+type Image struct {
+	MimeType string `json:"mimeType"`
+	Data     string `json:"data"` // base64
+}
+
+// Event types. Completed and Failed are the only terminals, and that set is
+// frozen: any other type is non-terminal, and the pool ignores types it does
+// not know.
+const (
+	EventText        = "text"
+	EventThinking    = "thinking"
+	EventToolStarted = "tool_started"
+	EventToolEnded   = "tool_ended"
+	EventRetrying    = "retrying"
+	EventCompleted   = "completed"
+	EventFailed      = "failed"
+)
+
+// Event is one element of a turn's stream. Which fields are set depends on
+// Type, as in the contract.
+type Event struct {
+	Type string `json:"type"`
+
+	Delta string `json:"delta,omitempty"` // text, thinking
+
+	ID      string          `json:"id,omitempty"`      // tool_started, tool_ended
+	Name    string          `json:"name,omitempty"`    // tool_started
+	Args    json.RawMessage `json:"args,omitempty"`    // tool_started
+	IsError bool            `json:"isError,omitempty"` // tool_ended
+	Content json.RawMessage `json:"content,omitempty"` // tool_ended
+
+	Attempt     int    `json:"attempt,omitempty"`     // retrying
+	MaxAttempts int    `json:"maxAttempts,omitempty"` // retrying
+	DelayMs     int64  `json:"delayMs,omitempty"`     // retrying
+	Reason      string `json:"reason,omitempty"`      // retrying
+
+	Data json.RawMessage `json:"data,omitempty"` // completed
+
+	Details   string `json:"details,omitempty"`   // failed
+	Retryable bool   `json:"retryable,omitempty"` // failed
+	Code      string `json:"code,omitempty"`      // failed
+}
+
+// Text is a text delta.
+func Text(delta string) Event { return Event{Type: EventText, Delta: delta} }
+
+// Thinking is a reasoning delta.
+func Thinking(delta string) Event { return Event{Type: EventThinking, Delta: delta} }
+
+// ToolStarted begins tool call id.
+func ToolStarted(id, name string, args json.RawMessage) Event {
+	return Event{Type: EventToolStarted, ID: id, Name: name, Args: args}
+}
+
+// ToolEnded ends tool call id.
+func ToolEnded(id string, isError bool, content json.RawMessage) Event {
+	return Event{Type: EventToolEnded, ID: id, IsError: isError, Content: content}
+}
+
+// Completed ends a turn in success.
+func Completed(data json.RawMessage) Event { return Event{Type: EventCompleted, Data: data} }
+
+// Failed ends a turn in failure.
+func Failed(details string, retryable bool, code string) Event {
+	return Event{Type: EventFailed, Details: details, Retryable: retryable, Code: code}
+}

@@ -1,0 +1,107 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Embedded is a NATS server with JetStream running inside this process.
+type Embedded struct {
+	Server *server.Server
+}
+
+// StartEmbedded starts NATS with JetStream storing under dir. listen is
+// "" for no TCP port at all (in-process connections only) or host:port.
+func StartEmbedded(dir, listen string) (*Embedded, error) {
+	opts := &server.Options{
+		JetStream:  true,
+		StoreDir:   dir,
+		DontListen: listen == "",
+		NoSigs:     true,
+		NoLog:      true,
+		ServerName: "convlog",
+	}
+	if listen != "" {
+		host, port, err := net.SplitHostPort(listen)
+		if err != nil {
+			return nil, fmt.Errorf("nats listen %q: %w", listen, err)
+		}
+		p, err := strconv.Atoi(port)
+		if err != nil {
+			return nil, fmt.Errorf("nats listen %q: %w", listen, err)
+		}
+		opts.Host, opts.Port = host, p
+	}
+	s, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("embedded nats: %w", err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(30 * time.Second) {
+		s.Shutdown()
+		return nil, errors.New("embedded nats: not ready after 30s")
+	}
+	return &Embedded{Server: s}, nil
+}
+
+// Connect opens an in-process client connection.
+func (e *Embedded) Connect() (*nats.Conn, error) {
+	return nats.Connect("", nats.InProcessServer(e.Server), nats.Name("convlog"), nats.MaxReconnects(-1))
+}
+
+// Shutdown stops the server and waits for it.
+func (e *Embedded) Shutdown() {
+	e.Server.Shutdown()
+	e.Server.WaitForShutdown()
+}
+
+// Connect dials an external NATS. It keeps reconnecting forever: the log,
+// not NATS, is what admission depends on, so the service rides out broker
+// outages. RetryOnFailedConnect lets it start while the broker is down.
+func Connect(url string) (*nats.Conn, error) {
+	nc, err := nats.Connect(url,
+		nats.Name("convlog"),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond),
+		nats.RetryOnFailedConnect(true),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("connect nats %s: %w", url, err)
+	}
+	return nc, nil
+}
+
+// ensureStream creates or updates the submissions stream and the workers'
+// durable consumer.
+func ensureStream(ctx context.Context, js jetstream.JetStream) (jetstream.Consumer, error) {
+	stream, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:      StreamName,
+		Subjects:  []string{submitWildcard},
+		Retention: jetstream.WorkQueuePolicy,
+		Storage:   jetstream.FileStorage,
+		// Relay retries after a lost ack republish with the same id; the
+		// window must outlast any outage the relay rides out in one go.
+		Duplicates: 10 * time.Minute,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", StreamName, err)
+	}
+	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable:       ConsumerName,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       30 * time.Second,
+		MaxAckPending: 4096,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("consumer %s: %w", ConsumerName, err)
+	}
+	return cons, nil
+}

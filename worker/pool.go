@@ -1,0 +1,346 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	clog "github.com/convlog/convlog/log"
+)
+
+// Log is what the pool needs of the log; *log.DB is one.
+type Log interface {
+	outbox
+	Submission(ctx context.Context, id string) (clog.Submission, error)
+	Pending(ctx context.Context, key clog.Key) ([]clog.Submission, error)
+	Unsettled(ctx context.Context, limit int) ([]clog.Submission, error)
+	Read(ctx context.Context, key clog.Key, offset clog.Offset, limit int) (clog.ReadResult, error)
+	Write(ctx context.Context, w clog.Write) (clog.Appended, error)
+}
+
+// Config configures a Pool.
+type Config struct {
+	Log    Log
+	NATS   *nats.Conn
+	Agents *Registry
+	Deltas *DeltaBus
+	Logger *slog.Logger
+	// ShutdownTimeout is how long running turns may go on after Run's
+	// context ends; then they are cancelled and settled interrupted.
+	ShutdownTimeout time.Duration
+	// SweepInterval is how often the pool looks in the log for admitted
+	// submissions whose doorbell was lost. Default 10s.
+	SweepInterval time.Duration
+}
+
+// Pool consumes admitted submissions and runs their turns: one at a time
+// per session, in admission order, each submission at most once.
+type Pool struct {
+	cfg    Config
+	logger *slog.Logger
+	js     jetstream.JetStream
+
+	// turnsCtx parents every turn; cancelling it interrupts them all.
+	turnsCtx    context.Context
+	cancelTurns context.CancelCauseFunc
+
+	mu       sync.Mutex
+	sessions map[clog.Key]*session // sessions with a runner goroutine
+	running  map[string]*turnState // submission id -> its running turn
+	stopping bool
+	runners  sync.WaitGroup
+
+	// stripes serialize the decision to start or abort submissions of one
+	// session, without a lock object per session.
+	stripes [64]sync.Mutex
+	seed    maphash.Seed
+}
+
+type session struct {
+	again bool // work arrived while the runner was busy
+}
+
+type turnState struct {
+	id     string
+	cancel context.CancelCauseFunc
+	done   chan struct{}
+}
+
+// Causes of a turn's cancellation.
+var (
+	errAborted  = errors.New("aborted")
+	errShutdown = errors.New("shutting down")
+)
+
+// NewPool makes a pool; Run starts it.
+func NewPool(cfg Config) (*Pool, error) {
+	if cfg.Log == nil || cfg.NATS == nil || cfg.Agents == nil {
+		return nil, errors.New("worker pool: Log, NATS and Agents are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = 10 * time.Second
+	}
+	if cfg.SweepInterval <= 0 {
+		cfg.SweepInterval = 10 * time.Second
+	}
+	js, err := jetstream.New(cfg.NATS)
+	if err != nil {
+		return nil, fmt.Errorf("worker pool: %w", err)
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	return &Pool{
+		cfg: cfg, logger: cfg.Logger, js: js,
+		turnsCtx: ctx, cancelTurns: cancel,
+		sessions: map[clog.Key]*session{},
+		running:  map[string]*turnState{},
+		seed:     maphash.MakeSeed(),
+	}, nil
+}
+
+// Run recovers what a previous process left unfinished, then consumes until
+// ctx ends, then lets running turns finish for ShutdownTimeout before
+// interrupting them. It returns when every turn it started has settled.
+func (p *Pool) Run(ctx context.Context) error {
+	defer p.cancelTurns(nil)
+	cons, err := ensureStream(ctx, p.js)
+	if err != nil {
+		return err
+	}
+	admitted, err := p.recover(ctx)
+	if err != nil {
+		return err
+	}
+	cc, err := cons.Consume(p.handle, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		p.logger.Debug("worker: consume", "err", err)
+	}))
+	if err != nil {
+		return fmt.Errorf("worker pool: consume: %w", err)
+	}
+	for _, k := range admitted {
+		p.dispatch(k)
+	}
+	sweep := time.NewTicker(p.cfg.SweepInterval)
+	defer sweep.Stop()
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case <-sweep.C:
+			p.sweep(ctx)
+		}
+	}
+	cc.Stop()
+	<-cc.Closed()
+	return p.drain()
+}
+
+// drain stops new turns and waits for running ones, interrupting them
+// after the shutdown timeout.
+func (p *Pool) drain() error {
+	p.mu.Lock()
+	p.stopping = true
+	p.mu.Unlock()
+	done := make(chan struct{})
+	go func() { p.runners.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-time.After(p.cfg.ShutdownTimeout):
+	}
+	p.cancelTurns(errShutdown)
+	select {
+	case <-done:
+		return nil
+	case <-time.After(5 * time.Second):
+		// An agent that ignores cancellation; its submissions stay running
+		// and the next start settles them interrupted.
+		return errors.New("worker pool: turns did not stop within 5s of cancellation")
+	}
+}
+
+// handle rings the doorbell of a submission's session. The log decides
+// what runs, so the message is acknowledged at once: a crash after the ack
+// loses nothing, because the next start finds the admitted submission in
+// the log.
+func (p *Pool) handle(msg jetstream.Msg) {
+	var m submissionMsg
+	key := clog.Key{}
+	if err := json.Unmarshal(msg.Data(), &m); err == nil {
+		key = clog.Key{Agent: m.Agent, Instance: m.Instance, Session: m.Session}
+	}
+	if m.SubmissionID == "" || key.Validate() != nil {
+		p.logger.Warn("worker: dropping malformed submission message", "subject", msg.Subject())
+		_ = msg.Term()
+		return
+	}
+	p.dispatch(key)
+	if err := msg.Ack(); err != nil {
+		p.logger.Debug("worker: ack", "err", err)
+	}
+}
+
+// dispatch makes sure key's runner goroutine is running.
+func (p *Pool) dispatch(key clog.Key) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopping {
+		return
+	}
+	if s := p.sessions[key]; s != nil {
+		s.again = true
+		return
+	}
+	s := &session{}
+	p.sessions[key] = s
+	p.runners.Add(1)
+	go p.runSession(key, s)
+}
+
+// runSession runs the session's turns one after another while it has
+// admitted submissions; an idle session has no goroutine.
+func (p *Pool) runSession(key clog.Key, s *session) {
+	defer p.runners.Done()
+	for {
+		ran, err := p.nextTurn(key)
+		if err != nil {
+			p.logger.Error("worker: turn", "session", key.String(), "err", err)
+		}
+		p.mu.Lock()
+		if p.stopping || err != nil || (!ran && !s.again) {
+			delete(p.sessions, key)
+			p.mu.Unlock()
+			return
+		}
+		s.again = false
+		p.mu.Unlock()
+	}
+}
+
+func (p *Pool) stripe(key clog.Key) *sync.Mutex {
+	return &p.stripes[maphash.String(p.seed, key.String())%uint64(len(p.stripes))]
+}
+
+// sweep dispatches sessions with admitted submissions, in case a doorbell
+// was lost (NATS down when it was due, a message dropped).
+func (p *Pool) sweep(ctx context.Context) {
+	subs, err := p.cfg.Log.Unsettled(ctx, 10000)
+	if err != nil {
+		p.logger.Warn("worker: sweep", "err", err)
+		return
+	}
+	seen := map[clog.Key]bool{}
+	for _, s := range subs {
+		if s.Status == clog.StatusAdmitted && !seen[s.Key] {
+			seen[s.Key] = true
+			p.dispatch(s.Key)
+		}
+	}
+}
+
+// Interrupted is the failure of a turn cut short by the process stopping.
+var interruptedFailure = clog.Failure{
+	Code:      "interrupted",
+	Message:   "the service stopped while the turn was running; the submission was not re-run",
+	Retryable: true,
+}
+
+// recover settles every submission a previous process left running as
+// failed, code "interrupted" (agents have side effects: never re-run), and
+// returns the sessions that still have admitted submissions.
+func (p *Pool) recover(ctx context.Context) ([]clog.Key, error) {
+	var admitted []clog.Key
+	running := map[clog.Key][]string{}
+	seen := map[clog.Key]bool{}
+	subs, err := p.cfg.Log.Unsettled(ctx, 1<<30)
+	if err != nil {
+		return nil, fmt.Errorf("recover: %w", err)
+	}
+	for _, s := range subs {
+		switch s.Status {
+		case clog.StatusRunning:
+			running[s.Key] = append(running[s.Key], s.ID)
+		case clog.StatusAdmitted:
+			if !seen[s.Key] {
+				seen[s.Key] = true
+				admitted = append(admitted, s.Key)
+			}
+		}
+	}
+	for key, ids := range running {
+		w := clog.Write{Key: key}
+		for _, id := range ids {
+			f := interruptedFailure
+			w.Settle = append(w.Settle, clog.Settlement{SubmissionID: id, Outcome: clog.OutcomeFailed, Error: &f})
+		}
+		if _, err := p.cfg.Log.Write(ctx, w); err != nil {
+			return nil, fmt.Errorf("recover %s: %w", key, err)
+		}
+		p.logger.Warn("worker: settled interrupted submissions", "session", key.String(), "count", len(ids))
+	}
+	return admitted, nil
+}
+
+// Abort ends a submission: one not yet started is settled aborted at once;
+// a running one has its turn cancelled, and Abort waits (within ctx) for the
+// turn to settle. A settled submission is ErrSubmissionSettled.
+func (p *Pool) Abort(ctx context.Context, id string) (clog.Submission, error) {
+	sub, err := p.cfg.Log.Submission(ctx, id)
+	if err != nil {
+		return clog.Submission{}, err
+	}
+	lk := p.stripe(sub.Key)
+	lk.Lock()
+	// Under the stripe no turn of this session can start: re-read.
+	if sub, err = p.cfg.Log.Submission(ctx, id); err != nil {
+		lk.Unlock()
+		return clog.Submission{}, err
+	}
+	p.mu.Lock()
+	ts := p.running[id]
+	p.mu.Unlock()
+	switch {
+	case sub.Status.Terminal():
+		lk.Unlock()
+		return sub, fmt.Errorf("abort %s: %w", id, clog.ErrSubmissionSettled)
+	case sub.Status == clog.StatusRunning && ts != nil:
+		lk.Unlock()
+		ts.cancel(errAborted)
+		select {
+		case <-ts.done:
+		case <-ctx.Done():
+		}
+		return p.cfg.Log.Submission(context.WithoutCancel(ctx), id)
+	default:
+		// Admitted, or running with no turn in this process (left by a
+		// crash before recovery saw it): settle it here.
+		_, err := p.cfg.Log.Write(ctx, clog.Write{Key: sub.Key, Settle: []clog.Settlement{{
+			SubmissionID: id, Outcome: clog.OutcomeAborted,
+			Error: &clog.Failure{Code: "aborted", Message: "aborted before it ran"},
+		}}})
+		lk.Unlock()
+		if err != nil {
+			return clog.Submission{}, fmt.Errorf("abort %s: %w", id, err)
+		}
+		return p.cfg.Log.Submission(ctx, id)
+	}
+}
+
+// Ready reports whether the pool can take work: NATS connected.
+func (p *Pool) Ready() error {
+	if st := p.cfg.NATS.Status(); st != nats.CONNECTED {
+		return fmt.Errorf("nats %s", st)
+	}
+	return nil
+}
