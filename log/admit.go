@@ -2,6 +2,7 @@ package log
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -21,6 +22,12 @@ type Admission struct {
 	// RequestHash) return the first admission instead of a second one.
 	IdempotencyKey string
 	RequestHash    string
+	// RejectIfBusy refuses the admission with ErrSessionBusy when the
+	// session has unsettled submissions. It is checked in the admitting
+	// transaction, after the idempotency key: a retry of an admitted
+	// request gets its original answer, and two racing deliveries cannot
+	// both get in.
+	RejectIfBusy bool
 }
 
 // MaxIdempotencyKeyLength bounds an idempotency key.
@@ -91,6 +98,10 @@ func prepareAdmit(tx *bolt.Tx, a Admission, now time.Time, ttl time.Duration, su
 	}
 	if !exists {
 		meta = newStream(now)
+	} else if a.RejectIfBusy {
+		if k, _ := tx.Bucket(bucketQueue).Cursor().Seek(u64(meta.id)); k != nil && binary.BigEndian.Uint64(k) == meta.id {
+			return nil, nil, ErrSessionBusy
+		}
 	}
 	records := make([]Record, len(a.Records))
 	for i, r := range a.Records {

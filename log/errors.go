@@ -30,6 +30,9 @@ var (
 	// ErrIdempotencyKeyReused: an idempotency key seen before with a
 	// different request body.
 	ErrIdempotencyKeyReused = errors.New("idempotency key reused with another request")
+	// ErrSessionBusy: an admission with RejectIfBusy to a session that has
+	// unsettled submissions.
+	ErrSessionBusy = errors.New("session busy")
 	// ErrClosed: the database is closed.
 	ErrClosed = errors.New("log closed")
 )

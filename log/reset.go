@@ -116,6 +116,10 @@ func abortQueued(tx *bolt.Tx, streamID uint64, now time.Time) error {
 		if err := putSubmission(tx, s); err != nil {
 			return err
 		}
+		// Nothing left to deliver: no doorbell either.
+		if err := tx.Bucket(bucketOutbox).Delete(u64(s.Seq)); err != nil {
+			return err
+		}
 	}
 	return deletePrefix(queue, u64(streamID))
 }

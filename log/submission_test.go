@@ -203,3 +203,29 @@ func TestIdempotency(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+func TestRejectIfBusy(t *testing.T) {
+	ctx := context.Background()
+	db := openTestDB(t, nil)
+	busy := clog.Admission{Key: testKey, Records: []clog.Record{userEntry("x")}, RejectIfBusy: true, IdempotencyKey: "k", RequestHash: "h"}
+	first, _, err := db.Admit(ctx, busy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A retry of the admitted request still gets its original answer.
+	again, replayed, err := db.Admit(ctx, busy)
+	if err != nil || !replayed || again.ID != first.ID {
+		t.Fatalf("replay: %+v %v %v", again, replayed, err)
+	}
+	other := busy
+	other.IdempotencyKey = ""
+	if _, _, err := db.Admit(ctx, other); !errors.Is(err, clog.ErrSessionBusy) {
+		t.Fatalf("busy: %v", err)
+	}
+	if _, err := db.Write(ctx, clog.Write{Key: testKey, Settle: []clog.Settlement{{SubmissionID: first.ID, Outcome: clog.OutcomeCompleted}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := db.Admit(ctx, other); err != nil {
+		t.Fatalf("idle again: %v", err)
+	}
+}

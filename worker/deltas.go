@@ -47,6 +47,7 @@ type Frame struct {
 // process holds one wildcard subscription and fans frames out to its local
 // readers, so readers cost a map entry, not a subscription each.
 type DeltaBus struct {
+	ns  Namespace
 	nc  *nats.Conn
 	sub *nats.Subscription
 
@@ -55,10 +56,16 @@ type DeltaBus struct {
 	nextID  uint64
 }
 
-// NewDeltaBus subscribes to every conversation's deltas on nc.
-func NewDeltaBus(nc *nats.Conn) (*DeltaBus, error) {
-	b := &DeltaBus{nc: nc, readers: map[string]map[uint64]func([]byte){}}
-	sub, err := nc.Subscribe(deltaWildcard, b.deliver)
+// NewDeltaBus subscribes to every conversation's deltas in namespace ns
+// ("" for the default) on nc.
+func NewDeltaBus(nc *nats.Conn, ns Namespace) (*DeltaBus, error) {
+	if ns != "" {
+		if err := ns.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	b := &DeltaBus{ns: ns, nc: nc, readers: map[string]map[uint64]func([]byte){}}
+	sub, err := nc.Subscribe(ns.deltaWildcard(), b.deliver)
 	if err != nil {
 		return nil, fmt.Errorf("subscribe deltas: %w", err)
 	}
@@ -86,13 +93,13 @@ func (b *DeltaBus) Publish(key clog.Key, f Frame) error {
 	if err != nil {
 		return fmt.Errorf("delta frame: %w", err)
 	}
-	return b.nc.Publish(deltaSubject(key), data)
+	return b.nc.Publish(b.ns.deltaSubject(key), data)
 }
 
 // SubscribeDeltas calls fn with each frame for key until cancel. fn runs on
 // the bus's delivery goroutine and must not block.
 func (b *DeltaBus) SubscribeDeltas(key clog.Key, fn func(frame []byte)) (cancel func(), err error) {
-	subj := deltaSubject(key)
+	subj := b.ns.deltaSubject(key)
 	b.mu.Lock()
 	b.nextID++
 	id := b.nextID

@@ -52,10 +52,10 @@ func startRigIn(t *testing.T, dir string, register func(*worker.Registry)) *rig 
 	if register != nil {
 		register(r.agents)
 	}
-	if r.bus, err = worker.NewDeltaBus(nc); err != nil {
+	if r.bus, err = worker.NewDeltaBus(nc, ""); err != nil {
 		t.Fatal(err)
 	}
-	if r.relay, err = worker.NewRelay(db, nc, nil); err != nil {
+	if r.relay, err = worker.NewRelay(db, nc, "", nil); err != nil {
 		t.Fatal(err)
 	}
 	if r.pool, err = worker.NewPool(worker.Config{Log: db, NATS: nc, Agents: r.agents, Deltas: r.bus, ShutdownTimeout: time.Second}); err != nil {

@@ -81,10 +81,10 @@ func Connect(url string) (*nats.Conn, error) {
 
 // ensureStream creates or updates the submissions stream and the workers'
 // durable consumer.
-func ensureStream(ctx context.Context, js jetstream.JetStream) (jetstream.Consumer, error) {
+func ensureStream(ctx context.Context, js jetstream.JetStream, ns Namespace) (jetstream.Consumer, error) {
 	stream, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:      StreamName,
-		Subjects:  []string{submitWildcard},
+		Name:      ns.StreamName(),
+		Subjects:  []string{ns.submitWildcard()},
 		Retention: jetstream.WorkQueuePolicy,
 		Storage:   jetstream.FileStorage,
 		// Relay retries after a lost ack republish with the same id; the
@@ -92,16 +92,16 @@ func ensureStream(ctx context.Context, js jetstream.JetStream) (jetstream.Consum
 		Duplicates: 10 * time.Minute,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("stream %s: %w", StreamName, err)
+		return nil, fmt.Errorf("stream %s: %w", ns.StreamName(), err)
 	}
 	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable:       ConsumerName,
+		Durable:       ns.ConsumerName(),
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       30 * time.Second,
 		MaxAckPending: 4096,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("consumer %s: %w", ConsumerName, err)
+		return nil, fmt.Errorf("consumer %s: %w", ns.ConsumerName(), err)
 	}
 	return cons, nil
 }

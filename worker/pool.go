@@ -33,6 +33,8 @@ type Config struct {
 	Agents *Registry
 	Deltas *DeltaBus
 	Logger *slog.Logger
+	// Namespace prefixes the NATS names; "" is DefaultNamespace.
+	Namespace Namespace
 	// ShutdownTimeout is how long running turns may go on after Run's
 	// context ends; then they are cancelled and settled interrupted.
 	ShutdownTimeout time.Duration
@@ -85,6 +87,11 @@ func NewPool(cfg Config) (*Pool, error) {
 	if cfg.Log == nil || cfg.NATS == nil || cfg.Agents == nil {
 		return nil, errors.New("worker pool: Log, NATS and Agents are required")
 	}
+	if cfg.Namespace != "" {
+		if err := cfg.Namespace.Validate(); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -113,7 +120,7 @@ func NewPool(cfg Config) (*Pool, error) {
 // interrupting them. It returns when every turn it started has settled.
 func (p *Pool) Run(ctx context.Context) error {
 	defer p.cancelTurns(nil)
-	cons, err := ensureStream(ctx, p.js)
+	cons, err := ensureStream(ctx, p.js, p.cfg.Namespace)
 	if err != nil {
 		return err
 	}

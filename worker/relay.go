@@ -36,6 +36,7 @@ type outbox interface {
 // relay catches up whenever it is kicked, every second, and after every
 // failure, with backoff, so an outage only delays delivery.
 type Relay struct {
+	ns     Namespace
 	log    outbox
 	js     jetstream.JetStream
 	logger *slog.Logger
@@ -47,8 +48,14 @@ type Relay struct {
 	backlog int
 }
 
-// NewRelay makes a relay publishing through nc.
-func NewRelay(db outbox, nc *nats.Conn, logger *slog.Logger) (*Relay, error) {
+// NewRelay makes a relay publishing through nc, in namespace ns ("" for
+// the default).
+func NewRelay(db outbox, nc *nats.Conn, ns Namespace, logger *slog.Logger) (*Relay, error) {
+	if ns != "" {
+		if err := ns.Validate(); err != nil {
+			return nil, err
+		}
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
@@ -56,7 +63,7 @@ func NewRelay(db outbox, nc *nats.Conn, logger *slog.Logger) (*Relay, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Relay{log: db, js: js, logger: logger, kick: make(chan struct{}, 1)}, nil
+	return &Relay{ns: ns, log: db, js: js, logger: logger, kick: make(chan struct{}, 1)}, nil
 }
 
 // Kick asks the relay to publish now. It never blocks.
@@ -125,7 +132,7 @@ func (r *Relay) publishPage(ctx context.Context) (int, error) {
 	var errs []error
 	for _, s := range subs {
 		data, _ := json.Marshal(submissionMsg{s.ID, s.Key.Agent, s.Key.Instance, s.Key.Session})
-		f, err := r.js.PublishAsync(submitSubject(s.Key.Agent), data, jetstream.WithMsgID(s.ID))
+		f, err := r.js.PublishAsync(r.ns.submitSubject(s.Key.Agent), data, jetstream.WithMsgID(s.ID))
 		if err != nil {
 			errs = append(errs, err)
 			break

@@ -1,0 +1,48 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/convlog/convlog/transport"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// testService starts the whole service in-process on a temp folder and a
+// random loopback port, and stops it gracefully with the test.
+func testService(t testing.TB, mutate func(*Config)) (*Service, *transport.Client) {
+	t.Helper()
+	cfg := Config{
+		Listen:          "127.0.0.1:0",
+		Data:            t.TempDir(),
+		Heartbeat:       time.Second,
+		EchoDelay:       0,
+		ShutdownTimeout: 2 * time.Second,
+		Logger:          slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	if testing.Verbose() {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	svc, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := svc.Stop(ctx); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	})
+	return svc, &transport.Client{BaseURL: "http://" + svc.Addr()}
+}

@@ -1,0 +1,14 @@
+package main
+
+import (
+	"context"
+	"errors"
+)
+
+func benchCommand(ctx context.Context, args []string) error {
+	return errors.New("bench: not built yet")
+}
+
+func tortureCommand(ctx context.Context, args []string) error {
+	return errors.New("torture: not built yet")
+}

@@ -1,0 +1,514 @@
+package transport
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/convlog/convlog/log"
+	"github.com/labstack/echo/v4"
+)
+
+// DeliverRequest is the body of POST /agents/:name/:instanceId, as the
+// client sends it. On the wire "message" may also be a bare string, short
+// for {"kind":"user","body":"..."}.
+type DeliverRequest struct {
+	Message Message `json:"message"`
+	// Session defaults to "default".
+	Session string `json:"session,omitempty"`
+	// InitialData (any JSON) and UID (a string of at most 128 printable
+	// characters) are stored in the user entry's metadata under the keys
+	// "initialData" and "uid", for the worker that creates the instance or
+	// pins its generation.
+	InitialData json.RawMessage `json:"initialData,omitempty"`
+	UID         string          `json:"uid,omitempty"`
+}
+
+// Message is a delivered user message: a body (text) and/or parts.
+type Message struct {
+	Kind     string          `json:"kind"` // "user"
+	Body     string          `json:"body,omitempty"`
+	Parts    []log.Part      `json:"parts,omitempty"`
+	Purpose  string          `json:"purpose,omitempty"` // user (default), dispatch or advisory
+	Display  string          `json:"display,omitempty"` // visible (default), hidden or diagnostic
+	Metadata json.RawMessage `json:"metadata,omitempty"`
+}
+
+// Accepted is the 202 body of a delivery. Offset is the stream position
+// before the delivery: reading from it returns the user message first and
+// then everything the agent does about it.
+type Accepted struct {
+	SubmissionID    string     `json:"submissionId"`
+	StreamURL       string     `json:"streamUrl"`
+	ConversationURL string     `json:"conversationUrl"`
+	UpdatesURL      string     `json:"updatesUrl"`
+	Offset          log.Offset `json:"offset"`
+}
+
+// Delivery is a decoded and validated delivery: the session it goes to and
+// the payload of the user_message entry that will carry it.
+type Delivery struct {
+	Session string
+	Payload log.MessagePayload
+}
+
+// Record is the user_message entry record that admits the delivery.
+func (d Delivery) Record() (log.Record, error) {
+	p, err := json.Marshal(d.Payload)
+	if err != nil {
+		return log.Record{}, err
+	}
+	return log.EntryRecord(log.Entry{Type: log.EntryUserMessage, Payload: p}), nil
+}
+
+// Limits of a delivery's fields beyond the body size.
+const (
+	maxUIDLength      = 128
+	maxParts          = 1024
+	maxPartNameLength = 256
+)
+
+// Metadata keys under which the top-level initialData and uid are stored.
+const (
+	MetadataInitialData = "initialData"
+	MetadataUID         = "uid"
+)
+
+// deliveryWire and messageWire are the strict decoding forms: pointers and
+// raw values tell absent, null and empty apart, which the error messages
+// need.
+type deliveryWire struct {
+	Message     json.RawMessage `json:"message"`
+	Session     *string         `json:"session"`
+	InitialData json.RawMessage `json:"initialData"`
+	UID         *string         `json:"uid"`
+}
+
+type messageWire struct {
+	Kind     *string         `json:"kind"`
+	Body     *string         `json:"body"`
+	Parts    []log.Part      `json:"parts"`
+	Purpose  *string         `json:"purpose"`
+	Display  *string         `json:"display"`
+	Metadata json.RawMessage `json:"metadata"`
+}
+
+// DecodeDelivery decodes and validates a delivery body. Every failure is an
+// *APIError with status 400 (bad_request, or invalid_name for the session)
+// whose message names the offending field; it never panics.
+func DecodeDelivery(body []byte) (Delivery, error) {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return Delivery{}, badRequest("the request body is empty")
+	}
+	var w deliveryWire
+	if err := strictUnmarshal(body, &w); err != nil {
+		return Delivery{}, badRequest("%s", describeJSONError(err, ""))
+	}
+	if isNull(w.Message) {
+		return Delivery{}, badRequest(`"message" is required`)
+	}
+	d := Delivery{Session: log.DefaultSession}
+	if w.Session != nil {
+		if err := log.ValidateName(*w.Session); err != nil {
+			return Delivery{}, &APIError{Status: http.StatusBadRequest, Code: CodeInvalidName, Message: "session: " + err.Error(), cause: err}
+		}
+		d.Session = *w.Session
+	}
+	m, err := decodeMessage(w.Message)
+	if err != nil {
+		return Delivery{}, err
+	}
+	d.Payload = m
+	extra := map[string]json.RawMessage{}
+	if !isNull(w.InitialData) {
+		extra[MetadataInitialData] = w.InitialData
+	}
+	if w.UID != nil {
+		uid := *w.UID
+		if uid == "" || len(uid) > maxUIDLength || !printableText(uid) {
+			return Delivery{}, badRequest(`"uid" must be 1 to %d printable characters`, maxUIDLength)
+		}
+		extra[MetadataUID], _ = json.Marshal(uid)
+	}
+	if len(extra) > 0 {
+		if d.Payload.Metadata, err = mergeMetadata(d.Payload.Metadata, extra); err != nil {
+			return Delivery{}, err
+		}
+	}
+	return d, nil
+}
+
+// decodeMessage turns "message" (a string or a DeliveredMessage object)
+// into the user entry's payload. body becomes the first text part.
+func decodeMessage(raw json.RawMessage) (log.MessagePayload, error) {
+	var p log.MessagePayload
+	switch raw[0] {
+	case '"':
+		var text string
+		if err := json.Unmarshal(raw, &text); err != nil {
+			return p, badRequest(`"message": %s`, describeJSONError(err, ""))
+		}
+		if strings.TrimSpace(text) == "" {
+			return p, badRequest(`"message" is empty`)
+		}
+		p.Parts = []log.Part{{Type: log.PartText, Text: text}}
+		return p, nil
+	case '{':
+	default:
+		return p, badRequest(`"message" must be a string or an object`)
+	}
+	var m messageWire
+	if err := strictUnmarshal(raw, &m); err != nil {
+		return p, badRequest("%s", describeJSONError(err, "message."))
+	}
+	if m.Kind == nil {
+		return p, badRequest(`"message.kind" is required and must be "user"`)
+	}
+	if *m.Kind != "user" {
+		return p, badRequest(`"message.kind" must be "user", not %q`, clip(*m.Kind))
+	}
+	if m.Body != nil {
+		if strings.TrimSpace(*m.Body) == "" {
+			return p, badRequest(`"message.body" is empty`)
+		}
+		p.Parts = append(p.Parts, log.Part{Type: log.PartText, Text: *m.Body})
+	}
+	if len(m.Parts) > maxParts {
+		return p, badRequest(`"message.parts" has %d parts (at most %d)`, len(m.Parts), maxParts)
+	}
+	for i, part := range m.Parts {
+		if err := validatePart(part); err != nil {
+			return p, badRequest(`"message.parts[%d]": %s`, i, err)
+		}
+		p.Parts = append(p.Parts, part)
+	}
+	if len(p.Parts) == 0 {
+		return p, badRequest(`"message" needs a "body" or at least one part`)
+	}
+	if m.Purpose != nil {
+		switch *m.Purpose {
+		case log.PurposeUser, log.PurposeDispatch, log.PurposeAdvisory:
+			p.Purpose = *m.Purpose
+		default:
+			return p, badRequest(`"message.purpose" must be "user", "dispatch" or "advisory", not %q`, clip(*m.Purpose))
+		}
+	}
+	if m.Display != nil {
+		switch *m.Display {
+		case log.DisplayVisible, log.DisplayHidden, log.DisplayDiagnostic:
+			p.Display = *m.Display
+		default:
+			return p, badRequest(`"message.display" must be "visible", "hidden" or "diagnostic", not %q`, clip(*m.Display))
+		}
+	}
+	if !isNull(m.Metadata) {
+		if m.Metadata[0] != '{' {
+			return p, badRequest(`"message.metadata" must be an object`)
+		}
+		p.Metadata = m.Metadata
+	}
+	return p, nil
+}
+
+// validatePart accepts the part types a user may send: text, file, data,
+// each with only its own fields.
+func validatePart(p log.Part) error {
+	var allowed []string
+	switch p.Type {
+	case log.PartText:
+		if p.Text == "" {
+			return errors.New(`a text part needs a non-empty "text"`)
+		}
+		allowed = []string{"text"}
+	case log.PartFile:
+		if p.MediaType == "" {
+			return errors.New(`a file part needs "mediaType"`)
+		}
+		if _, _, err := mime.ParseMediaType(p.MediaType); err != nil {
+			return fmt.Errorf(`"mediaType" %q is not a media type`, clip(p.MediaType))
+		}
+		if p.URL == "" {
+			return errors.New(`a file part needs "url" (a data: URL for inline bytes)`)
+		}
+		u, err := url.Parse(p.URL)
+		if err != nil || (u.Scheme != "data" && u.Scheme != "http" && u.Scheme != "https") {
+			return errors.New(`"url" must be a data:, http: or https: URL`)
+		}
+		if len(p.Filename) > maxPartNameLength || !printableText(p.Filename) {
+			return fmt.Errorf(`"filename" must be at most %d printable characters`, maxPartNameLength)
+		}
+		allowed = []string{"mediaType", "url", "filename"}
+	case log.PartData:
+		if isNull(p.Data) {
+			return errors.New(`a data part needs "data"`)
+		}
+		if len(p.Name) > maxPartNameLength || !printableText(p.Name) {
+			return fmt.Errorf(`"name" must be at most %d printable characters`, maxPartNameLength)
+		}
+		allowed = []string{"name", "data"}
+	case "":
+		return errors.New(`"type" is required (text, file or data)`)
+	default:
+		return fmt.Errorf(`type %q is not accepted in a user message (text, file or data)`, clip(p.Type))
+	}
+	set := map[string]bool{
+		"text": p.Text != "", "toolCallId": p.ToolCallID != "", "toolName": p.ToolName != "",
+		"input": len(p.Input) > 0, "mediaType": p.MediaType != "", "url": p.URL != "",
+		"filename": p.Filename != "", "name": p.Name != "", "data": len(p.Data) > 0,
+	}
+	for _, f := range allowed {
+		delete(set, f)
+	}
+	for _, f := range []string{"text", "toolCallId", "toolName", "input", "mediaType", "url", "filename", "name", "data"} {
+		if set[f] {
+			return fmt.Errorf(`field %q does not belong in a %s part`, f, p.Type)
+		}
+	}
+	return nil
+}
+
+// mergeMetadata adds the top-level delivery fields to the message's
+// metadata object. A key given both ways is refused rather than silently
+// overwritten.
+func mergeMetadata(meta json.RawMessage, extra map[string]json.RawMessage) (json.RawMessage, error) {
+	m := map[string]json.RawMessage{}
+	if len(meta) > 0 {
+		if err := json.Unmarshal(meta, &m); err != nil {
+			return nil, badRequest(`"message.metadata" must be an object`)
+		}
+	}
+	for k, v := range extra {
+		if _, dup := m[k]; dup {
+			return nil, badRequest(`%q is given both at the top level and in "message.metadata"`, k)
+		}
+		m[k] = v
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, badRequest(`"message.metadata": %v`, err)
+	}
+	return b, nil
+}
+
+// strictUnmarshal decodes one JSON value into v, refusing unknown fields
+// and anything after the value.
+func strictUnmarshal(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("unexpected data after the JSON value")
+	}
+	return nil
+}
+
+// describeJSONError rewords decoding errors for a client: which field, what
+// was wrong, without Go type names.
+func describeJSONError(err error, prefix string) string {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		return fmt.Sprintf("invalid JSON at byte %d: %s", se.Offset, se.Error())
+	case errors.As(err, &te):
+		if te.Field == "" {
+			return fmt.Sprintf("the body must be a JSON object, not %s", te.Value)
+		}
+		return fmt.Sprintf("%q must not be %s", prefix+te.Field, te.Value)
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return "invalid JSON: unexpected end of input"
+	}
+	msg := err.Error()
+	if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
+		if name, err := strconv.Unquote(f); err == nil {
+			f = strconv.Quote(name)
+		}
+		if prefix != "" {
+			return fmt.Sprintf("unknown field %s in %q", f, strings.TrimSuffix(prefix, "."))
+		}
+		return "unknown field " + f
+	}
+	return "invalid JSON: " + strings.TrimPrefix(msg, "json: ")
+}
+
+func isNull(raw json.RawMessage) bool {
+	return len(raw) == 0 || string(raw) == "null"
+}
+
+// printableText is valid UTF-8 without control characters.
+func printableText(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// clip keeps echoed client input short in error messages.
+func clip(s string) string {
+	if len(s) <= 40 {
+		return s
+	}
+	for i := 40; i > 0; i-- {
+		if utf8.RuneStart(s[i]) {
+			return s[:i] + "…"
+		}
+	}
+	return ""
+}
+
+// deliver is POST /agents/:name/:instanceId.
+func (s *Server) deliver(c echo.Context) error {
+	if s.stopAd.Load() {
+		return apiErr(http.StatusServiceUnavailable, CodeShuttingDown, "the server is shutting down and admits nothing")
+	}
+	agent, instance, policy, err := s.instance(c)
+	if err != nil {
+		return err
+	}
+	req := c.Request()
+	idemKey, err := idempotencyKey(req.Header)
+	if err != nil {
+		return err
+	}
+	if err := checkJSONContentType(req.Header.Get(echo.HeaderContentType)); err != nil {
+		return err
+	}
+	body, err := s.readBody(c)
+	if err != nil {
+		return err
+	}
+	d, err := DecodeDelivery(body)
+	if err != nil {
+		return err
+	}
+	key := log.Key{Agent: agent, Instance: instance, Session: d.Session}
+	ctx := req.Context()
+	rec, err := d.Record()
+	if err != nil {
+		return badRequest("the message cannot be stored: %v", err)
+	}
+	// The busy check runs inside the admitting transaction, after the
+	// idempotency lookup: exact under races, and a retry of an admitted
+	// request still gets its 202.
+	a := log.Admission{Key: key, Records: []log.Record{rec}, RejectIfBusy: policy == PolicyReject}
+	if idemKey != "" {
+		a.IdempotencyKey = idemKey
+		a.RequestHash = requestHash(agent, instance, body)
+	}
+	sub, replayed, err := s.db.Admit(ctx, a)
+	if err != nil {
+		return err
+	}
+	if !replayed && s.opts.Admitted != nil {
+		s.opts.Admitted(sub)
+	}
+	acc := accepted(agent, instance, d.Session, sub)
+	if replayed {
+		// The body is the first response's, byte for byte; the header only
+		// tells a curious client that nothing new was admitted.
+		c.Response().Header().Set("Idempotent-Replayed", "true")
+	}
+	c.Response().Header().Set(echo.HeaderLocation, instancePath(agent, instance)+"/submissions/"+url.PathEscape(sub.ID))
+	return writeJSON(c, http.StatusAccepted, acc)
+}
+
+func accepted(agent, instance, session string, sub log.Submission) Accepted {
+	q := "?session=" + url.QueryEscape(session) + "&offset=" + url.QueryEscape(string(sub.Offset))
+	p := instancePath(agent, instance)
+	return Accepted{
+		SubmissionID:    sub.ID,
+		StreamURL:       p + "/conversation" + q,
+		ConversationURL: p + "/conversation" + q,
+		UpdatesURL:      p + "/stream" + q,
+		Offset:          sub.Offset,
+	}
+}
+
+// requestHash identifies a request for idempotency: the same key with
+// another hash is a reuse, not a retry. The body is hashed as received, so
+// a retry must resend the same bytes.
+func requestHash(agent, instance string, body []byte) string {
+	h := sha256.New()
+	h.Write([]byte(agent + "/" + instance + "\n"))
+	h.Write(body)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// idempotencyKey reads the Idempotency-Key header: at most 256 visible
+// ASCII characters; absent or empty means none.
+func idempotencyKey(h http.Header) (string, error) {
+	vs := h.Values("Idempotency-Key")
+	if len(vs) == 0 || (len(vs) == 1 && vs[0] == "") {
+		return "", nil
+	}
+	if len(vs) > 1 {
+		return "", badRequest("more than one Idempotency-Key header")
+	}
+	k := vs[0]
+	if len(k) > log.MaxIdempotencyKeyLength {
+		return "", badRequest("the Idempotency-Key is longer than %d characters", log.MaxIdempotencyKeyLength)
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] < 0x20 || k[i] > 0x7e {
+			return "", badRequest("the Idempotency-Key must be printable ASCII")
+		}
+	}
+	return k, nil
+}
+
+// checkJSONContentType accepts application/json with, at most, a UTF-8
+// charset: JSON is UTF-8 (RFC 8259).
+func checkJSONContentType(ct string) error {
+	mt, params, err := mime.ParseMediaType(ct)
+	if err != nil || mt != echo.MIMEApplicationJSON {
+		return apiErr(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, "the body must be application/json, not %q", clip(ct))
+	}
+	for k, v := range params {
+		if k != "charset" || !strings.EqualFold(v, "utf-8") {
+			return apiErr(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, "application/json takes only charset=utf-8, not %s=%q", clip(k), clip(v))
+		}
+	}
+	return nil
+}
+
+// readBody reads the body within MaxBody; over it is 413 payload_too_large.
+func (s *Server) readBody(c echo.Context) ([]byte, error) {
+	req := c.Request()
+	tooLarge := apiErr(http.StatusRequestEntityTooLarge, CodePayloadTooLarge, "the request body is larger than %d bytes", s.opts.MaxBody)
+	if req.ContentLength > s.opts.MaxBody {
+		return nil, tooLarge
+	}
+	// The underlying writer, so that net/http closes the connection after
+	// the reply rather than reading the rest of an oversized body.
+	r := http.MaxBytesReader(c.Response().Writer, req.Body, s.opts.MaxBody)
+	body, err := io.ReadAll(r)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, tooLarge
+		}
+		if ctxErr := req.Context().Err(); ctxErr != nil {
+			return nil, ctxErr
+		}
+		return nil, badRequest("reading the request body: %v", err)
+	}
+	return body, nil
+}

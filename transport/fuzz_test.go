@@ -1,0 +1,64 @@
+package transport_test
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"testing"
+
+	"github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/transport"
+)
+
+// FuzzDecodeDelivery: any body either decodes to a delivery the log can
+// store or is refused with a 400; it never panics.
+func FuzzDecodeDelivery(f *testing.F) {
+	for _, seed := range []string{
+		`{"message":"hi"}`,
+		`{"message":{"kind":"user","body":"hi","parts":[{"type":"text","text":"x"}],"purpose":"advisory","display":"diagnostic","metadata":{"a":1}},"session":"s","initialData":[1,2],"uid":"u"}`,
+		`{"message":{"kind":"user","parts":[{"type":"file","mediaType":"text/plain","url":"data:,x","filename":"f"},{"type":"data","name":"n","data":null}]}}`,
+		`{"message":{"kind":"user","body":"hi","metadata":{"uid":"x"}},"uid":"y"}`,
+		`{"message":""}`, `{"message":null}`, `{"message":1}`, `{}`, `[]`, `null`, ``, `{"message":"a"}{}`,
+		`{"message":{"kind":"user","body":"\ud800"}}`, `{"message":"hi","session":"é"}`,
+		`{"message":{"kind":"user","parts":[{"type":"tool-call","input":{}}]}}`,
+		`{"Message":"case"}`, `{"message":{"kind":"user","body":"x","metadata":null},"initialData":null}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		d, err := transport.DecodeDelivery(body)
+		if err != nil {
+			var ae *transport.APIError
+			if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest ||
+				(ae.Code != transport.CodeBadRequest && ae.Code != transport.CodeInvalidName) || ae.Message == "" {
+				t.Fatalf("not a client error: %#v", err)
+			}
+			return
+		}
+		if err := log.ValidateName(d.Session); err != nil {
+			t.Fatalf("session %q: %v", d.Session, err)
+		}
+		if len(d.Payload.Parts) == 0 {
+			t.Fatal("no parts")
+		}
+		for _, p := range d.Payload.Parts {
+			if p.Type != log.PartText && p.Type != log.PartFile && p.Type != log.PartData {
+				t.Fatalf("part type %q", p.Type)
+			}
+		}
+		if m := d.Payload.Metadata; len(m) > 0 {
+			var obj map[string]json.RawMessage
+			if err := json.Unmarshal(m, &obj); err != nil {
+				t.Fatalf("metadata %s is not an object: %v", m, err)
+			}
+		}
+		rec, err := d.Record()
+		if err != nil {
+			t.Fatalf("record: %v", err)
+		}
+		b, err := json.Marshal(rec)
+		if err != nil || !json.Valid(b) {
+			t.Fatalf("record JSON %s: %v", b, err)
+		}
+	})
+}

@@ -1,0 +1,292 @@
+package transport_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/transport"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
+
+// agents is the test's AgentDirectory: name -> busy policy. An agent named
+// "boom" panics, to exercise the Recover middleware.
+type agents map[string]string
+
+func (a agents) Agent(name string) (string, bool) {
+	if name == "boom" {
+		panic("the directory exploded")
+	}
+	p, ok := a[name]
+	return p, ok
+}
+
+// hub is the test's DeltaSource: tests publish frames to a key and every
+// subscriber of the key gets them.
+type hub struct {
+	mu   sync.Mutex
+	subs map[log.Key]map[int]func([]byte)
+	next int
+	fail error // SubscribeDeltas fails with it when set
+}
+
+func newHub() *hub { return &hub{subs: map[log.Key]map[int]func([]byte){}} }
+
+func (h *hub) SubscribeDeltas(key log.Key, fn func([]byte)) (func(), error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.fail != nil {
+		return nil, h.fail
+	}
+	if h.subs[key] == nil {
+		h.subs[key] = map[int]func([]byte){}
+	}
+	h.next++
+	id := h.next
+	h.subs[key][id] = fn
+	return func() {
+		h.mu.Lock()
+		delete(h.subs[key], id)
+		h.mu.Unlock()
+	}, nil
+}
+
+func (h *hub) publish(key log.Key, frame string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, fn := range h.subs[key] {
+		fn([]byte(frame))
+	}
+}
+
+func (h *hub) subscribers(key log.Key) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.subs[key])
+}
+
+// env is one server over a real log on loopback.
+type env struct {
+	db       *log.DB
+	srv      *transport.Server
+	ts       *httptest.Server
+	c        *transport.Client
+	hub      *hub
+	active   atomic.Int64 // requests inside the handler
+	admitted atomic.Int64 // calls of Options.Admitted
+}
+
+type envOption func(*transport.Options)
+
+// newEnv starts a server with agents "echo" (enqueue) and "strict"
+// (reject). Cleanup shuts the server down, then closes the log.
+func newEnv(t testing.TB, opts ...envOption) *env {
+	t.Helper()
+	db, err := log.Open(filepath.Join(t.TempDir(), "convlog.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := db.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	e := &env{db: db, hub: newHub()}
+	o := transport.Options{
+		Log:      db,
+		Agents:   agents{"echo": transport.PolicyEnqueue, "strict": transport.PolicyReject, "plain": ""},
+		Deltas:   e.hub,
+		Admitted: func(log.Submission) { e.admitted.Add(1) },
+		MaxBody:  64 << 10,
+		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	e.srv, err = transport.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := e.srv.Handler()
+	e.ts = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		e.active.Add(1)
+		defer e.active.Add(-1)
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(e.ts.Close)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := e.srv.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	e.c = &transport.Client{BaseURL: e.ts.URL, HTTP: e.ts.Client()}
+	return e
+}
+
+// waitIdle waits until no request is inside the handler.
+func (e *env) waitIdle(t testing.TB) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for e.active.Load() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d handlers still running", e.active.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// do sends a raw request and returns the status, headers and body.
+func (e *env) do(t testing.TB, method, path string, body io.Reader, header map[string]string) (int, http.Header, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, e.ts.URL+path, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := e.ts.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, resp.Header, b
+}
+
+func (e *env) postJSON(t testing.TB, path, body string, header map[string]string) (int, http.Header, []byte) {
+	t.Helper()
+	h := map[string]string{"Content-Type": "application/json"}
+	for k, v := range header {
+		h[k] = v
+	}
+	return e.do(t, http.MethodPost, path, strings.NewReader(body), h)
+}
+
+// errorOf decodes an error body, failing on any other shape.
+func errorOf(t testing.TB, body []byte) map[string]any {
+	t.Helper()
+	var eb struct {
+		Error map[string]any `json:"error"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&eb); err != nil || eb.Error == nil {
+		t.Fatalf("not an error body (%v): %s", err, body)
+	}
+	return eb.Error
+}
+
+func userText(text string) log.Record {
+	p, _ := json.Marshal(log.MessagePayload{Parts: []log.Part{{Type: log.PartText, Text: text}}})
+	return log.EntryRecord(log.Entry{Type: log.EntryUserMessage, Payload: p})
+}
+
+func assistantText(text string) log.Record {
+	p, _ := json.Marshal(log.MessagePayload{Parts: []log.Part{{Type: log.PartText, Text: text}}})
+	return log.EntryRecord(log.Entry{Type: log.EntryAssistantMessage, Payload: p})
+}
+
+// textOf is the first text of a message record.
+func textOf(t testing.TB, r log.Record) string {
+	t.Helper()
+	if r.Entry == nil {
+		t.Fatalf("record %+v is not an entry", r)
+	}
+	var p log.MessagePayload
+	if err := json.Unmarshal(r.Entry.Payload, &p); err != nil || len(p.Parts) == 0 {
+		t.Fatalf("entry payload %s: %v", r.Entry.Payload, err)
+	}
+	return p.Parts[0].Text
+}
+
+// nextData skips comments and returns the next data frame.
+func nextData(t testing.TB, r *transport.StreamReader) transport.Frame {
+	t.Helper()
+	for {
+		f, err := r.Next()
+		if err != nil {
+			t.Fatalf("stream: %v", err)
+		}
+		if f.Comment == "" {
+			return f
+		}
+	}
+}
+
+// testCtx bounds a test's streams: a read that would hang fails instead.
+func testCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+var (
+	reULIDish   = regexp.MustCompile(`\b(sub_|inc_)?[0-9A-HJKMNP-TV-Z]{26}\b`)
+	reTimestamp = regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)`)
+)
+
+// normalize replaces generated ids and timestamps by stable placeholders,
+// numbering ids in order of appearance so that references (parentId,
+// submissionId) stay visible.
+func normalize(b []byte) []byte {
+	seen := map[string]string{}
+	b = reULIDish.ReplaceAllFunc(b, func(m []byte) []byte {
+		s := string(m)
+		if r, ok := seen[s]; ok {
+			return []byte(r)
+		}
+		prefix := "id_"
+		if strings.HasPrefix(s, "sub_") || strings.HasPrefix(s, "inc_") {
+			prefix = s[:4]
+		}
+		r := fmt.Sprintf("%s%d", prefix, len(seen)+1)
+		seen[s] = r
+		return []byte(r)
+	})
+	return reTimestamp.ReplaceAll(b, []byte("TIMESTAMP"))
+}
+
+// golden compares got, normalized, with testdata/name; -update rewrites it.
+func golden(t testing.TB, name string, got []byte) {
+	t.Helper()
+	got = normalize(got)
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs:\n got: %s\nwant: %s", path, got, want)
+	}
+}
+
+func asAPIError(err error, target **transport.APIError) bool { return errors.As(err, target) }

@@ -1,0 +1,336 @@
+package transport
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/convlog/convlog/log"
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+)
+
+// Log is what the server needs of the storage engine; *log.DB satisfies it.
+// It is an interface so that the consumer states its needs, not so that it
+// can be faked: the tests use a real *log.DB.
+type Log interface {
+	Admit(ctx context.Context, a log.Admission) (sub log.Submission, replayed bool, err error)
+	Read(ctx context.Context, key log.Key, offset log.Offset, limit int) (log.ReadResult, error)
+	Pending(ctx context.Context, key log.Key) ([]log.Submission, error)
+	Submission(ctx context.Context, id string) (log.Submission, error)
+	// Changed is closed by the next commit that appends to or resets key.
+	Changed(key log.Key) (ch <-chan struct{}, release func())
+	// Done is closed when the log closes.
+	Done() <-chan struct{}
+}
+
+var _ Log = (*log.DB)(nil)
+
+// Busy policies of an agent: what a delivery to a session that still has
+// unsettled submissions gets.
+const (
+	PolicyEnqueue = "enqueue" // admitted and queued behind the others (the default)
+	PolicyReject  = "reject"  // refused with 409 session_busy
+)
+
+// AgentDirectory says which agents exist. The worker side knows; transport
+// only asks.
+type AgentDirectory interface {
+	// Agent reports whether the agent exists and its busy policy:
+	// PolicyEnqueue (also for "" and anything unknown) or PolicyReject.
+	Agent(name string) (policy string, ok bool)
+}
+
+// DeltaSource supplies the presentation frames of running turns: token
+// deltas and the like, which are not durable and not resumable.
+type DeltaSource interface {
+	// SubscribeDeltas calls fn with each presentation frame (a complete
+	// JSON object, ready to send as SSE data) of turns on key, until cancel
+	// is called. fn does not block: it drops the frame when the reader is
+	// slow. fn may still be called, harmlessly, while cancel runs.
+	SubscribeDeltas(key log.Key, fn func(frame []byte)) (cancel func(), err error)
+}
+
+// Options configures the HTTP server.
+type Options struct {
+	// Log is the storage engine. Required.
+	Log Log
+	// Agents says which agents exist and their busy policy. Required.
+	Agents AgentDirectory
+	// Deltas feeds live presentation frames to SSE readers; nil means none.
+	Deltas DeltaSource
+	// Admitted is called after each durable admission (not after an
+	// idempotent replay), on the request's goroutine, to kick the outbox
+	// relay. It must not block. May be nil.
+	Admitted func(log.Submission)
+	// Abort ends a submission (see worker.Pool.Abort): settled aborted at
+	// once if it has not started, its turn cancelled if it runs. It
+	// returns the submission as it is after the abort, or an error that
+	// wraps log.ErrSubmissionSettled. Nil disables the abort route (404).
+	Abort func(ctx context.Context, submissionID string) (log.Submission, error)
+	// Ready adds a readiness condition to /readyz besides the log being
+	// open: nil error means ready. May be nil.
+	Ready func() error
+	// MaxBody bounds a delivery's body. Default 8 MiB.
+	MaxBody int64
+	// Heartbeat is the period of SSE keepalive comments. Default 15s.
+	Heartbeat time.Duration
+	// Logger gets internal errors. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Defaults of Options.
+const (
+	DefaultMaxBody   = 8 << 20
+	DefaultHeartbeat = 15 * time.Second
+)
+
+// Server is the HTTP API. Create it with New.
+type Server struct {
+	opts   Options
+	db     Log
+	log    *slog.Logger
+	echo   *echo.Echo
+	stopAd atomic.Bool // StopAdmitting was called
+
+	// closing is closed by Shutdown: streams and long polls end at once so
+	// that a graceful stop does not wait for clients that never leave.
+	closing   chan struct{}
+	closeOnce sync.Once
+	inflight  inflight
+
+	mu      sync.Mutex
+	httpSrv *http.Server // set by Serve
+}
+
+// New builds the server and its routes.
+func New(opts Options) (*Server, error) {
+	if opts.Log == nil {
+		return nil, errors.New("transport: Options.Log is required")
+	}
+	if opts.Agents == nil {
+		return nil, errors.New("transport: Options.Agents is required")
+	}
+	if opts.MaxBody <= 0 {
+		opts.MaxBody = DefaultMaxBody
+	}
+	if opts.Heartbeat <= 0 {
+		opts.Heartbeat = DefaultHeartbeat
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	s := &Server{opts: opts, db: opts.Log, log: opts.Logger, closing: make(chan struct{})}
+
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = s.handleError
+	e.Use(s.track)
+	e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{
+		LogErrorFunc: func(c echo.Context, err error, stack []byte) error {
+			s.log.ErrorContext(c.Request().Context(), "panic in handler", "path", c.Request().URL.Path, "err", err, "stack", string(stack))
+			return fmt.Errorf("panic: %w", err) // not an *APIError: becomes 500 internal
+		},
+	}))
+	// No Timeout middleware anywhere: streams and long polls are meant to
+	// last, and a timeout would write over a committed response.
+	e.GET("/healthz", s.healthz)
+	e.GET("/readyz", s.readyz)
+	const base = "/agents/:name/:instanceId"
+	e.POST(base, s.deliver)
+	e.GET(base+"/conversation", s.conversation)
+	e.GET(base+"/stream", s.stream)
+	e.GET(base+"/submissions/:submissionId", s.submission)
+	if opts.Abort != nil {
+		e.POST(base+"/submissions/:submissionId/abort", s.abort)
+	}
+	s.echo = e
+	return s, nil
+}
+
+// Handler is the server's http.Handler, for a caller that runs its own
+// http.Server (clear no deadline there that streams need: they clear their
+// own write deadline).
+func (s *Server) Handler() http.Handler { return s.echo }
+
+// Serve serves on l until Shutdown, with header read timeouts but no write
+// timeout (streams and long polls manage their own). It returns
+// http.ErrServerClosed after Shutdown.
+func (s *Server) Serve(l net.Listener) error {
+	srv := &http.Server{
+		Handler:           s.echo,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	s.mu.Lock()
+	if s.closed() {
+		s.mu.Unlock()
+		return http.ErrServerClosed
+	}
+	s.httpSrv = srv
+	s.mu.Unlock()
+	return srv.Serve(l)
+}
+
+// StopAdmitting makes deliveries fail with 503 shutting_down and /readyz
+// report not ready, while reads and streams go on. It is the first step of a
+// graceful stop, before the log closes.
+func (s *Server) StopAdmitting() { s.stopAd.Store(true) }
+
+// Shutdown stops admitting, ends every stream and long poll (readers
+// reconnect elsewhere with their last offset), stops the http.Server of
+// Serve if any, and waits for in-flight requests until ctx ends.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.StopAdmitting()
+	s.closeOnce.Do(func() { close(s.closing) })
+	s.mu.Lock()
+	srv := s.httpSrv
+	s.mu.Unlock()
+	var err error
+	if srv != nil {
+		err = srv.Shutdown(ctx)
+	}
+	if werr := s.inflight.wait(ctx); err == nil {
+		err = werr
+	}
+	return err
+}
+
+func (s *Server) closed() bool {
+	select {
+	case <-s.closing:
+		return true
+	default:
+		return false
+	}
+}
+
+// track counts requests in flight for Shutdown.
+func (s *Server) track(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		s.inflight.add(1)
+		defer s.inflight.add(-1)
+		return next(c)
+	}
+}
+
+// inflight counts requests; wait returns when the count is zero. A
+// WaitGroup would forbid Add while Wait runs, which requests do.
+type inflight struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed when n drops to zero; replaced when it rises
+}
+
+func (f *inflight) add(d int) {
+	f.mu.Lock()
+	if f.n == 0 && d > 0 {
+		f.idle = make(chan struct{})
+	}
+	f.n += d
+	if f.n == 0 {
+		close(f.idle)
+	}
+	f.mu.Unlock()
+}
+
+func (f *inflight) wait(ctx context.Context) error {
+	for {
+		f.mu.Lock()
+		n, idle := f.n, f.idle
+		f.mu.Unlock()
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			return fmt.Errorf("transport: %d requests still in flight: %w", n, ctx.Err())
+		}
+	}
+}
+
+// instance validates the route's agent and instance and checks the agent
+// exists; it returns its busy policy.
+func (s *Server) instance(c echo.Context) (agent, instance, policy string, err error) {
+	agent, instance = pathParam(c, "name"), pathParam(c, "instanceId")
+	if err := log.ValidateName(agent); err != nil {
+		return "", "", "", &APIError{Status: http.StatusBadRequest, Code: CodeInvalidName, Message: "agent: " + err.Error(), cause: err}
+	}
+	if err := log.ValidateName(instance); err != nil {
+		return "", "", "", &APIError{Status: http.StatusBadRequest, Code: CodeInvalidName, Message: "instance: " + err.Error(), cause: err}
+	}
+	policy, ok := s.opts.Agents.Agent(agent)
+	if !ok {
+		return "", "", "", apiErr(http.StatusNotFound, CodeNotFound, "no agent named %q", agent)
+	}
+	return agent, instance, policy, nil
+}
+
+// pathParam is a path parameter, percent-decoded: echo matches on the raw
+// path when the client escaped a character that needed none (%40 for @).
+func pathParam(c echo.Context, name string) string {
+	v := c.Param(name)
+	if u, err := url.PathUnescape(v); err == nil {
+		return u
+	}
+	return v
+}
+
+// sessionKey adds the session of the query (default "default") to the route.
+func sessionKey(c echo.Context, agent, instance string) (log.Key, error) {
+	session := log.DefaultSession
+	if vs, ok := c.QueryParams()["session"]; ok {
+		session = vs[0]
+	}
+	if err := log.ValidateName(session); err != nil {
+		return log.Key{}, &APIError{Status: http.StatusBadRequest, Code: CodeInvalidName, Message: "session: " + err.Error(), cause: err}
+	}
+	return log.Key{Agent: agent, Instance: instance, Session: session}, nil
+}
+
+// queryOffset is the offset query parameter, "0" when absent.
+func queryOffset(c echo.Context) (log.Offset, error) {
+	vs, ok := c.QueryParams()["offset"]
+	if !ok {
+		return log.Start, nil
+	}
+	return parseOffset(vs[0])
+}
+
+func parseOffset(s string) (log.Offset, error) {
+	o, err := log.ParseOffset(s)
+	if err != nil {
+		return "", &APIError{Status: http.StatusBadRequest, Code: CodeInvalidOffset, Message: err.Error(), cause: err}
+	}
+	return o, nil
+}
+
+// instancePath is the path of an agent instance, for the URLs we hand out.
+func instancePath(agent, instance string) string {
+	return "/agents/" + url.PathEscape(agent) + "/" + url.PathEscape(instance)
+}
+
+// writeJSON writes v as the response body. Unlike echo's c.JSON it leaves
+// '&', '<' and '>' alone: the URLs of the 202 body read as the reference
+// shows them, and nothing here is meant for an HTML page.
+func writeJSON(c echo.Context, status int, v any) error {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	return c.Blob(status, echo.MIMEApplicationJSON, buf.Bytes())
+}

@@ -1,0 +1,133 @@
+package transport
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+
+	"github.com/convlog/convlog/log"
+)
+
+// Frame types of the SSE stream's data. Conversation frames are durable
+// and carry an id (the offset to resume from); everything else the
+// DeltaSource sends is presentation-only and carries none.
+const (
+	FrameConversation = "conversation"
+	FrameError        = "error"
+)
+
+// sseWriter writes Server-Sent Events to a response. Frames go straight to
+// the ResponseWriter (net/http buffers them) and reach the client at flush.
+// The first write error sticks: every later call is a no-op returning it,
+// so a handler checks once per page instead of once per line.
+type sseWriter struct {
+	w       io.Writer
+	rc      *http.ResponseController
+	scratch []byte
+	err     error
+}
+
+func (w *sseWriter) write(b []byte) {
+	if w.err == nil {
+		_, w.err = w.w.Write(b)
+	}
+}
+
+// comment writes ": text", which clients ignore: a keepalive that also
+// proves the peer is still there (a write to a closed socket fails).
+func (w *sseWriter) comment(text string) {
+	w.scratch = append(append(append(w.scratch[:0], ": "...), text...), "\n\n"...)
+	w.write(w.scratch)
+}
+
+// event writes one event: an id line when id is not empty, and data as
+// one "data:" line per line of it, so that no byte of data can end the
+// event early or forge a field.
+func (w *sseWriter) event(id string, data []byte) {
+	b := w.scratch[:0]
+	if id != "" {
+		b = append(append(append(b, "id: "...), id...), '\n')
+	}
+	for {
+		i := bytes.IndexAny(data, "\r\n")
+		if i < 0 {
+			break
+		}
+		b = append(append(append(b, "data: "...), data[:i]...), '\n')
+		if data[i] == '\r' && i+1 < len(data) && data[i+1] == '\n' {
+			i++
+		}
+		data = data[i+1:]
+	}
+	b = append(append(append(b, "data: "...), data...), "\n\n"...)
+	w.write(b)
+	w.scratch = b[:0]
+}
+
+// conversation writes the frame of one batch:
+//
+//	id: <next>
+//	data: {"type":"conversation","incarnation":"inc_…","offset":"<batch offset>","nextOffset":"<next>","records":[…]}
+//
+// The stored records are spliced in without decoding. They are compact
+// JSON, written by encoding/json; should they ever hold a line break, the
+// frame takes the slower path that splits it into data lines.
+func (w *sseWriter) conversation(inc log.Incarnation, b log.Batch, next log.Offset) {
+	h := w.scratch[:0]
+	h = append(h, `{"type":"conversation","incarnation":`...)
+	h = appendIncarnation(h, inc)
+	h = append(h, `,"offset":`...)
+	h = appendString(h, string(b.Offset))
+	h = append(h, `,"nextOffset":`...)
+	h = appendString(h, string(next))
+	h = append(h, `,"records":`...)
+	w.scratch = h[:0]
+	if bytes.ContainsAny(b.Records, "\r\n") {
+		// A fresh buffer: event builds its lines in scratch.
+		data := append(appendRecords(bytes.Clone(h), b.Records), '}')
+		w.event(string(next), data)
+		return
+	}
+	w.write([]byte("id: " + string(next) + "\ndata: "))
+	w.write(h)
+	if len(b.Records) == 0 {
+		w.write([]byte("[]"))
+	} else {
+		w.write(b.Records)
+	}
+	w.write([]byte("}\n\n"))
+}
+
+// streamError is the data of an error frame, the last frame of a stream.
+type streamError struct {
+	Type string `json:"type"`
+	*APIError
+}
+
+// MarshalJSON puts "type" first, then the error's own fields.
+func (e streamError) MarshalJSON() ([]byte, error) {
+	inner, err := e.APIError.MarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte(`{"type":"error",`), inner[1:]...), nil
+}
+
+// errorFrame writes {"type":"error","code":...,"message":...} with no id:
+// an error is not a position to resume from.
+func (w *sseWriter) errorFrame(e *APIError) {
+	data, err := json.Marshal(streamError{Type: FrameError, APIError: e})
+	if err != nil {
+		data = []byte(`{"type":"error","code":"internal","message":"internal error"}`)
+	}
+	w.event("", data)
+}
+
+// flush sends what was written to the client.
+func (w *sseWriter) flush() error {
+	if w.err == nil {
+		w.err = w.rc.Flush()
+	}
+	return w.err
+}

@@ -1,0 +1,206 @@
+package transport
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/convlog/convlog/log"
+	"github.com/labstack/echo/v4"
+)
+
+// streamPageLimit is the page the SSE handler reads at a time: bounded, so
+// that a reader far behind never makes the log copy its whole history at
+// once.
+const streamPageLimit = log.DefaultReadLimit
+
+// deltaBuffer is how many presentation frames wait for a slow reader before
+// the newest are dropped.
+const deltaBuffer = 256
+
+// stream is GET /agents/:name/:instanceId/stream: Server-Sent Events that
+// replay the stream from an offset (the Last-Event-ID header, else the
+// offset parameter) and then tail it, interleaving the live presentation
+// frames of running turns.
+//
+// It is one goroutine, the handler's: it reads a page (log.Read copies it
+// out and closes its transaction), writes it, and when up to date waits in
+// a single select on the log, the deltas, the heartbeat, the client and
+// shutdown. Nothing is held while it writes or waits.
+func (s *Server) stream(c echo.Context) error {
+	agent, instance, _, err := s.instance(c)
+	if err != nil {
+		return err
+	}
+	key, err := sessionKey(c, agent, instance)
+	if err != nil {
+		return err
+	}
+	req := c.Request()
+	var offset log.Offset
+	if id := req.Header.Get("Last-Event-ID"); id != "" {
+		offset, err = parseOffset(id)
+	} else {
+		offset, err = queryOffset(c)
+	}
+	if err != nil {
+		return err
+	}
+	ctx := req.Context()
+
+	// Deltas first, so that none of a turn that is running while we catch
+	// up is missed for want of a subscription (they may be dropped for want
+	// of room, which is their contract).
+	var deltas chan []byte
+	if s.opts.Deltas != nil {
+		ch := make(chan []byte, deltaBuffer)
+		cancel, err := s.opts.Deltas.SubscribeDeltas(key, func(frame []byte) {
+			select {
+			case ch <- frame:
+			default: // a slow reader loses presentation frames, nothing else
+			}
+		})
+		if err != nil {
+			// Deltas only add interactivity: serve the durable stream
+			// without them rather than fail it.
+			s.log.WarnContext(ctx, "subscribing to deltas", "key", key.String(), "err", err)
+		} else {
+			defer cancel()
+			deltas = ch
+		}
+	}
+
+	res := c.Response()
+	rc := http.NewResponseController(res.Writer)
+	// The server's WriteTimeout, if any, is for ordinary requests; this one
+	// lasts as long as the client stays. Not every writer supports it.
+	_ = rc.SetWriteDeadline(time.Time{})
+	h := res.Header()
+	h.Set(echo.HeaderContentType, "text/event-stream")
+	h.Set(echo.HeaderCacheControl, "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	res.WriteHeader(http.StatusOK)
+	w := &sseWriter{w: res, rc: rc}
+	// The client sees the stream open before the first record exists.
+	w.comment("connected")
+	if w.flush() != nil {
+		return nil
+	}
+
+	heartbeat := time.NewTicker(s.opts.Heartbeat)
+	defer heartbeat.Stop()
+	var inc log.Incarnation // the incarnation served so far; "" until the stream exists
+	for {
+		// Subscribe before reading: a commit between the read and the
+		// wait still closes changed.
+		changed, release := s.db.Changed(key)
+		page, err := s.db.Read(ctx, key, offset, streamPageLimit)
+		if err != nil {
+			release()
+			s.endStream(c, w, err)
+			return nil
+		}
+		if page.Incarnation != "" {
+			if inc != "" && page.Incarnation != inc {
+				release()
+				e := unknownOffset(&log.OffsetError{Offset: offset, Incarnation: page.Incarnation})
+				e.Message = "the stream was reset: its offsets changed meaning; restart from offset 0"
+				w.errorFrame(e)
+				_ = w.flush()
+				return nil
+			}
+			inc = page.Incarnation
+		}
+		for i, b := range page.Batches {
+			// Within a page batches are contiguous, so a batch ends where
+			// the next begins: no arithmetic on opaque offsets.
+			next := page.NextOffset
+			if i+1 < len(page.Batches) {
+				next = page.Batches[i+1].Offset
+			}
+			w.conversation(inc, b, next)
+		}
+		offset = page.NextOffset
+		if w.flush() != nil {
+			release()
+			return nil
+		}
+		if !page.UpToDate {
+			release()
+			if s.stopping(c) {
+				return nil
+			}
+			continue
+		}
+		ok := s.waitTail(c, w, changed, deltas, heartbeat.C)
+		release()
+		if !ok {
+			return nil
+		}
+	}
+}
+
+// waitTail waits, up to date, until the stream changes. Meanwhile it
+// forwards deltas and heartbeats. It returns false when the stream must
+// end: the client left, a write failed, the log closed or the server is
+// shutting down.
+func (s *Server) waitTail(c echo.Context, w *sseWriter, changed <-chan struct{}, deltas chan []byte, heartbeat <-chan time.Time) bool {
+	ctx := c.Request().Context()
+	for {
+		select {
+		case <-changed:
+			return true
+		case frame := <-deltas: // nil channel without a DeltaSource: never ready
+			w.event("", frame)
+			// Send what else is already queued in the same flush.
+			for n := len(deltas); n > 0; n-- {
+				w.event("", <-deltas)
+			}
+			if w.flush() != nil {
+				return false
+			}
+		case <-heartbeat:
+			w.comment("keepalive")
+			if w.flush() != nil {
+				return false
+			}
+		case <-ctx.Done():
+			return false
+		case <-s.db.Done():
+			return false
+		case <-s.closing:
+			return false
+		}
+	}
+}
+
+// stopping reports whether the stream should end between pages.
+func (s *Server) stopping(c echo.Context) bool {
+	if c.Request().Context().Err() != nil {
+		return true
+	}
+	select {
+	case <-s.closing:
+		return true
+	case <-s.db.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// endStream reports a failed read in the stream, where the client can see
+// it, unless the client is gone or the log closed (a reconnect elsewhere
+// resumes from the last id).
+func (s *Server) endStream(c echo.Context, w *sseWriter, err error) {
+	ctx := c.Request().Context()
+	if ctx.Err() != nil || errors.Is(err, log.ErrClosed) {
+		return
+	}
+	e, internal := toAPIError(err)
+	if internal {
+		s.log.ErrorContext(ctx, "stream read failed", "path", c.Request().URL.Path, "err", err)
+	}
+	w.errorFrame(e)
+	_ = w.flush()
+}

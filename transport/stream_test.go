@@ -1,0 +1,540 @@
+package transport_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/transport"
+)
+
+var streamKey = log.Key{Agent: "echo", Instance: "i1", Session: "default"}
+
+func TestStreamReplayThenTail(t *testing.T) {
+	e := newEnv(t)
+	ctx := testCtx(t)
+	a1, err := e.db.Append(ctx, streamKey, userText("one"), assistantText("two"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a2, err := e.db.Append(ctx, streamKey, userText("three"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.c.Stream(ctx, "echo", "i1", "", log.Start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	// The stream opens with a comment, before any record.
+	f, err := r.Next()
+	if err != nil || f.Comment != "connected" {
+		t.Fatalf("first frame %+v %v", f, err)
+	}
+	for _, want := range []struct {
+		a     log.Appended
+		texts []string
+	}{{a1, []string{"one", "two"}}, {a2, []string{"three"}}} {
+		f := nextData(t, r)
+		if f.Type != transport.FrameConversation || f.Offset != want.a.Offset || f.NextOffset != want.a.NextOffset ||
+			f.ID != string(want.a.NextOffset) || f.Incarnation != want.a.Incarnation || len(f.Records) != len(want.texts) {
+			t.Fatalf("frame %+v, want batch %+v", f, want.a)
+		}
+		for i, text := range want.texts {
+			if got := textOf(t, f.Records[i]); got != text {
+				t.Errorf("record %d %q, want %q", i, got, text)
+			}
+		}
+	}
+
+	// Live: an append while the client waits reaches it.
+	a3, err := e.db.Append(ctx, streamKey, assistantText("live"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f = nextData(t, r)
+	if f.Offset != a3.Offset || f.ID != string(a3.NextOffset) || textOf(t, f.Records[0]) != "live" {
+		t.Fatalf("live frame %+v", f)
+	}
+	if r.LastEventID() != string(a3.NextOffset) {
+		t.Errorf("LastEventID %q", r.LastEventID())
+	}
+}
+
+func TestStreamHeaders(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(testCtx(t))
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", e.ts.URL+"/agents/echo/i1/stream", nil)
+	resp, err := e.ts.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	for k, want := range map[string]string{
+		"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no",
+	} {
+		if got := resp.Header.Get(k); got != want {
+			t.Errorf("%s: %q, want %q", k, got, want)
+		}
+	}
+	line, err := bufio.NewReader(resp.Body).ReadString('\n')
+	if err != nil || line != ": connected\n" {
+		t.Fatalf("first line %q %v", line, err)
+	}
+}
+
+// TestStreamFrameGolden pins the exact bytes of a conversation frame.
+func TestStreamFrameGolden(t *testing.T) {
+	e := newEnv(t)
+	ctx := testCtx(t)
+	if _, err := e.db.Append(ctx, streamKey, userText("hello <world> & \"you\""), assistantText("hi\nthere")); err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequestWithContext(ctx, "GET", e.ts.URL+"/agents/echo/i1/stream?offset=0", nil)
+	resp, err := e.ts.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	var frame bytes.Buffer
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasPrefix(line, ":") || (line == "\n" && frame.Len() == 0) {
+			continue
+		}
+		frame.WriteString(line)
+		if line == "\n" {
+			break
+		}
+	}
+	golden(t, "sse_conversation_frame.txt", frame.Bytes())
+}
+
+func TestStreamDeltas(t *testing.T) {
+	e := newEnv(t)
+	ctx := testCtx(t)
+	a, err := e.db.Append(ctx, streamKey, userText("q"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.c.Stream(ctx, "echo", "i1", "default", log.Start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if f := nextData(t, r); f.Type != transport.FrameConversation {
+		t.Fatalf("frame %+v", f)
+	}
+	// Subscribed before the headers were sent.
+	if n := e.hub.subscribers(streamKey); n != 1 {
+		t.Fatalf("%d delta subscribers", n)
+	}
+	e.hub.publish(log.Key{Agent: "echo", Instance: "i1", Session: "other"}, `{"type":"delta","text":"not ours"}`)
+	e.hub.publish(streamKey, `{"type":"delta","text":"tok"}`)
+	e.hub.publish(streamKey, "{\"type\":\"toolcall_delta\",\n\"args\":\"{\\\"a\\\"\"}")
+	f := nextData(t, r)
+	if f.Type != "delta" || f.ID != "" || string(f.Raw) != `{"type":"delta","text":"tok"}` {
+		t.Fatalf("delta frame %+v", f)
+	}
+	// A frame with a line break arrives whole, split over data lines.
+	f = nextData(t, r)
+	if f.Type != "toolcall_delta" || f.ID != "" || string(f.Raw) != "{\"type\":\"toolcall_delta\",\n\"args\":\"{\\\"a\\\"\"}" {
+		t.Fatalf("multi-line delta %+v %q", f, f.Raw)
+	}
+	// Deltas are not positions: the resume point is still the last batch's.
+	if r.LastEventID() != string(a.NextOffset) {
+		t.Errorf("LastEventID %q after deltas", r.LastEventID())
+	}
+	// And records still follow.
+	if _, err := e.db.Append(ctx, streamKey, assistantText("done")); err != nil {
+		t.Fatal(err)
+	}
+	if f := nextData(t, r); f.Type != transport.FrameConversation || textOf(t, f.Records[0]) != "done" {
+		t.Fatalf("frame after deltas %+v", f)
+	}
+}
+
+// A reader too slow for the deltas loses deltas, never records, and never
+// blocks the publisher.
+func TestStreamDeltasDropWhenSlow(t *testing.T) {
+	e := newEnv(t)
+	ctx := testCtx(t)
+	r, err := e.c.Stream(ctx, "echo", "i1", "", log.Start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	big := `{"type":"delta","text":"` + strings.Repeat("x", 32<<10) + `"}`
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < 5000; i++ {
+			e.hub.publish(streamKey, big)
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("publishing deltas blocked on a slow reader")
+	}
+	// Some got through before the records change (the handler drained
+	// them while the publisher ran).
+	if f := nextData(t, r); f.Type != "delta" {
+		t.Fatalf("first frame %+v", f)
+	}
+	deltas := 1
+	a, err := e.db.Append(ctx, streamKey, assistantText("kept"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		f := nextData(t, r)
+		if f.Type == transport.FrameConversation {
+			if f.Offset != a.Offset || textOf(t, f.Records[0]) != "kept" {
+				t.Fatalf("frame %+v", f)
+			}
+			break
+		}
+		deltas++
+	}
+	if deltas >= 5000 {
+		t.Errorf("all %d deltas arrived; want some dropped", deltas)
+	}
+}
+
+func TestStreamHeartbeat(t *testing.T) {
+	e := newEnv(t, func(o *transport.Options) { o.Heartbeat = 50 * time.Millisecond })
+	ctx := testCtx(t)
+	r, err := e.c.Stream(ctx, "echo", "i1", "", log.Start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	start := time.Now()
+	beats := 0
+	for beats < 3 {
+		f, err := r.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch f.Comment {
+		case "connected":
+		case "keepalive":
+			beats++
+		default:
+			t.Fatalf("unexpected frame %+v", f)
+		}
+	}
+	if d := time.Since(start); d < 100*time.Millisecond {
+		t.Errorf("3 heartbeats in %v with a 50ms period", d)
+	}
+}
+
+// Resuming with Last-Event-ID continues exactly after the last frame read:
+// nothing lost, nothing repeated.
+func TestStreamResumeLastEventID(t *testing.T) {
+	e := newEnv(t)
+	ctx := testCtx(t)
+	var sent []string
+	appendText := func(texts ...string) {
+		t.Helper()
+		recs := make([]log.Record, len(texts))
+		for i, s := range texts {
+			recs[i] = userText(s)
+		}
+		if _, err := e.db.Append(ctx, streamKey, recs...); err != nil {
+			t.Fatal(err)
+		}
+		sent = append(sent, texts...)
+	}
+	appendText("a")
+	appendText("b", "c")
+	appendText("d")
+
+	var got []string
+	collect := func(f transport.Frame) {
+		for _, rec := range f.Records {
+			got = append(got, textOf(t, rec))
+		}
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	r, err := e.c.Stream(sctx, "echo", "i1", "", log.Start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	collect(nextData(t, r))
+	collect(nextData(t, r))
+	last := r.LastEventID()
+	cancel()
+	r.Close()
+	e.waitIdle(t)
+
+	appendText("e")
+	appendText("f", "g")
+
+	r, err = e.c.Resume(ctx, "echo", "i1", "", last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	first := nextData(t, r)
+	if string(first.Offset) != last {
+		t.Fatalf("resumed at %s, want %s", first.Offset, last)
+	}
+	collect(first)
+	collect(nextData(t, r))
+	collect(nextData(t, r))
+	// A marker proves nothing else was queued before it.
+	appendText("marker")
+	collect(nextData(t, r))
+	if strings.Join(got, "") != strings.Join(sent, "") {
+		t.Fatalf("read %v, want %v", got, sent)
+	}
+
+	// Last-Event-ID takes the place of the offset parameter.
+	req, _ := http.NewRequestWithContext(ctx, "GET", e.ts.URL+"/agents/echo/i1/stream?offset=0", nil)
+	req.Header.Set("Last-Event-ID", last)
+	resp, err := e.ts.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sr := transport.NewStreamReader(resp.Body)
+	defer sr.Close()
+	if f := nextData(t, sr); string(f.Offset) != last {
+		t.Fatalf("Last-Event-ID ignored: frame at %s", f.Offset)
+	}
+}
+
+// A client that goes away frees its handler and its subscriptions at once.
+func TestStreamClientGoesAway(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(testCtx(t))
+	r, err := e.c.Stream(ctx, "echo", "i1", "", log.Start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, err := r.Next(); err != nil || f.Comment != "connected" {
+		t.Fatalf("%+v %v", f, err)
+	}
+	if e.active.Load() != 1 || e.hub.subscribers(streamKey) != 1 {
+		t.Fatalf("active %d, subscribers %d", e.active.Load(), e.hub.subscribers(streamKey))
+	}
+	cancel()
+	r.Close()
+	e.waitIdle(t)
+	if n := e.hub.subscribers(streamKey); n != 0 {
+		t.Errorf("%d delta subscriptions left", n)
+	}
+	// The stream still works for the next reader.
+	if _, err := e.db.Append(testCtx(t), streamKey, userText("after")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestStreamReset(t *testing.T) {
+	e := newEnv(t)
+	ctx := testCtx(t)
+	for _, regrow := range []bool{false, true} {
+		t.Run(fmt.Sprint("regrow=", regrow), func(t *testing.T) {
+			if _, err := e.db.Append(ctx, streamKey, userText("old")); err != nil {
+				t.Fatal(err)
+			}
+			r, err := e.c.Stream(ctx, "echo", "i1", "", log.Start)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			f := nextData(t, r)
+			if f.Type != transport.FrameConversation {
+				t.Fatalf("%+v", f)
+			}
+			if regrow {
+				// Case two: after the reset the stream regrows past the
+				// reader's offset, which is valid again in the new
+				// incarnation; only the incarnation tells.
+				if _, err := e.db.Append(ctx, streamKey, userText("x")); err != nil {
+					t.Fatal(err)
+				}
+				nextData(t, r)
+			}
+			inc, err := e.db.Reset(ctx, streamKey)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if regrow {
+				if _, err := e.db.Append(ctx, streamKey, userText("n1"), userText("n2")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var fe transport.Frame
+			for {
+				fe, err = r.Next()
+				if err != nil || fe.Comment == "" {
+					break
+				}
+			}
+			var ae *transport.APIError
+			if !errors.As(err, &ae) || ae.Code != transport.CodeUnknownOffset || ae.Incarnation != inc || ae.Status != 0 || fe.Type != transport.FrameError || fe.ID != "" {
+				t.Fatalf("after reset: frame %+v err %v, want unknown_offset with %s", fe, err, inc)
+			}
+			// The server ends the response after the error.
+			if _, err := r.Next(); !errors.As(err, &ae) {
+				t.Fatalf("after the error frame: %v", err)
+			}
+			e.waitIdle(t)
+		})
+	}
+}
+
+func TestStreamBadOffsets(t *testing.T) {
+	e := newEnv(t)
+	ctx := testCtx(t)
+	a, err := e.db.Append(ctx, streamKey, userText("a"), userText("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Malformed: a plain 400 before the stream starts.
+	for _, q := range []string{"offset=x", "offset=-3", "session=a%20b"} {
+		status, h, b := e.do(t, "GET", "/agents/echo/i1/stream?"+q, nil, nil)
+		if status != 400 || !strings.HasPrefix(h.Get("Content-Type"), "application/json") {
+			t.Errorf("%s: %d %s", q, status, b)
+		}
+	}
+	status, _, b := e.do(t, "GET", "/agents/echo/i1/stream", nil, map[string]string{"Last-Event-ID": "nope"})
+	if status != 400 || errorOf(t, b)["code"] != "invalid_offset" {
+		t.Errorf("bad Last-Event-ID: %d %s", status, b)
+	}
+	if _, err := e.c.Stream(ctx, "ghost", "i1", "", ""); !transport.IsCode(err, transport.CodeNotFound) {
+		t.Errorf("unknown agent: %v", err)
+	}
+	// Well-formed but never produced: an error frame in the stream, with
+	// the incarnation, and the end of the stream.
+	r, err := e.c.Stream(ctx, "echo", "i1", "", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var f transport.Frame
+	for f.Comment != "" || f.Type == "" {
+		if f, err = r.Next(); err != nil {
+			break
+		}
+	}
+	var ae *transport.APIError
+	if !errors.As(err, &ae) || ae.Code != transport.CodeUnknownOffset || ae.Incarnation != a.Incarnation {
+		t.Fatalf("unknown offset: %+v %v", f, err)
+	}
+	golden(t, "sse_error_frame.txt", []byte(fmt.Sprintf("data: %s\n\n", f.Raw)))
+}
+
+// A reader far behind catches up page by page, in order.
+func TestStreamCatchUp(t *testing.T) {
+	e := newEnv(t)
+	ctx := testCtx(t)
+	const batches, per = 30, 100 // 3000 records: three pages
+	for i := 0; i < batches; i++ {
+		recs := make([]log.Record, per)
+		for j := range recs {
+			recs[j] = userText(fmt.Sprint(i*per + j))
+		}
+		if _, err := e.db.Append(ctx, streamKey, recs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := e.c.Stream(ctx, "echo", "i1", "", log.Start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	n := 0
+	prev := log.Start
+	for i := 0; i < batches; i++ {
+		f := nextData(t, r)
+		if f.Offset != prev {
+			t.Fatalf("frame %d at %s, want %s", i, f.Offset, prev)
+		}
+		prev = f.NextOffset
+		for _, rec := range f.Records {
+			if got := textOf(t, rec); got != fmt.Sprint(n) {
+				t.Fatalf("record %d is %q", n, got)
+			}
+			n++
+		}
+	}
+	if n != batches*per {
+		t.Fatalf("%d records", n)
+	}
+}
+
+func TestStreamEndsOnShutdownAndClose(t *testing.T) {
+	t.Run("shutdown", func(t *testing.T) {
+		e := newEnv(t)
+		ctx := testCtx(t)
+		r, err := e.c.Stream(ctx, "echo", "i1", "", log.Start)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		nextComment(t, r)
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if err := e.srv.Shutdown(sctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.Next(); err != io.EOF {
+			t.Fatalf("after shutdown: %v", err)
+		}
+	})
+	t.Run("log closed", func(t *testing.T) {
+		e := newEnv(t)
+		ctx := testCtx(t)
+		r, err := e.c.Stream(ctx, "echo", "i1", "", log.Start)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		nextComment(t, r)
+		if err := e.db.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.Next(); err != io.EOF {
+			t.Fatalf("after close: %v", err)
+		}
+	})
+	t.Run("deltas unavailable", func(t *testing.T) {
+		e := newEnv(t)
+		e.hub.fail = errors.New("no deltas today")
+		ctx := testCtx(t)
+		if _, err := e.db.Append(ctx, streamKey, userText("still served")); err != nil {
+			t.Fatal(err)
+		}
+		r, err := e.c.Stream(ctx, "echo", "i1", "", log.Start)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		if f := nextData(t, r); textOf(t, f.Records[0]) != "still served" {
+			t.Fatalf("%+v", f)
+		}
+	})
+}
+
+func nextComment(t *testing.T, r *transport.StreamReader) {
+	t.Helper()
+	if f, err := r.Next(); err != nil || f.Comment == "" {
+		t.Fatalf("want a comment: %+v %v", f, err)
+	}
+}
