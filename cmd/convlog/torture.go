@@ -5,10 +5,6 @@ import (
 	"errors"
 )
 
-func benchCommand(ctx context.Context, args []string) error {
-	return errors.New("bench: not built yet")
-}
-
 func tortureCommand(ctx context.Context, args []string) error {
 	return errors.New("torture: not built yet")
 }
