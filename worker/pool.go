@@ -38,6 +38,9 @@ type Config struct {
 	// ShutdownTimeout is how long running turns may go on after Run's
 	// context ends; then they are cancelled and settled interrupted.
 	ShutdownTimeout time.Duration
+	// LeaseTTL is how long the session lease of a dead worker lasts.
+	// Default DefaultLeaseTTL.
+	LeaseTTL time.Duration
 	// SweepInterval is how often the pool looks in the log for admitted
 	// submissions whose doorbell was lost. Default 10s.
 	SweepInterval time.Duration
@@ -49,6 +52,7 @@ type Pool struct {
 	cfg    Config
 	logger *slog.Logger
 	js     jetstream.JetStream
+	leases *leases
 
 	// turnsCtx parents every turn; cancelling it interrupts them all.
 	turnsCtx    context.Context
@@ -78,8 +82,9 @@ type turnState struct {
 
 // Causes of a turn's cancellation.
 var (
-	errAborted  = errors.New("aborted")
-	errShutdown = errors.New("shutting down")
+	errAborted   = errors.New("aborted")
+	errLeaseLost = errors.New("session lease lost")
+	errShutdown  = errors.New("shutting down")
 )
 
 // NewPool makes a pool; Run starts it.
@@ -97,6 +102,9 @@ func NewPool(cfg Config) (*Pool, error) {
 	}
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 10 * time.Second
+	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = DefaultLeaseTTL
 	}
 	if cfg.SweepInterval <= 0 {
 		cfg.SweepInterval = 10 * time.Second
@@ -118,10 +126,18 @@ func NewPool(cfg Config) (*Pool, error) {
 // Run recovers what a previous process left unfinished, then consumes until
 // ctx ends, then lets running turns finish for ShutdownTimeout before
 // interrupting them. It returns when every turn it started has settled.
-func (p *Pool) Run(ctx context.Context) error {
+func (p *Pool) Run(ctx context.Context) (err error) {
 	defer p.cancelTurns(nil)
+	defer func() {
+		if ctx.Err() != nil && err != nil {
+			err = nil // stopped while starting: not a failure
+		}
+	}()
 	cons, err := ensureStream(ctx, p.js, p.cfg.Namespace)
 	if err != nil {
+		return err
+	}
+	if p.leases, err = openLeases(ctx, p.js, p.cfg.Namespace, p.cfg.LeaseTTL); err != nil {
 		return err
 	}
 	admitted, err := p.recover(ctx)
@@ -240,12 +256,16 @@ func (p *Pool) stripe(key clog.Key) *sync.Mutex {
 }
 
 // sweep dispatches sessions with admitted submissions, in case a doorbell
-// was lost (NATS down when it was due, a message dropped).
+// was lost (NATS down when it was due, a message dropped, a lease held by a
+// worker that died), and settles turns orphaned by dead workers.
 func (p *Pool) sweep(ctx context.Context) {
 	subs, err := p.cfg.Log.Unsettled(ctx, 10000)
 	if err != nil {
 		p.logger.Warn("worker: sweep", "err", err)
 		return
+	}
+	if err := p.settleOrphans(ctx, subs); err != nil {
+		p.logger.Warn("worker: sweep", "err", err)
 	}
 	seen := map[clog.Key]bool{}
 	for _, s := range subs {
@@ -256,47 +276,81 @@ func (p *Pool) sweep(ctx context.Context) {
 	}
 }
 
-// Interrupted is the failure of a turn cut short by the process stopping.
+// interruptedFailure is the failure of a turn cut short by its process
+// stopping or dying.
 var interruptedFailure = clog.Failure{
 	Code:      "interrupted",
 	Message:   "the service stopped while the turn was running; the submission was not re-run",
 	Retryable: true,
 }
 
-// recover settles every submission a previous process left running as
-// failed, code "interrupted" (agents have side effects: never re-run), and
-// returns the sessions that still have admitted submissions.
+// recover settles what a dead process left running, and returns the
+// sessions that have admitted submissions waiting.
 func (p *Pool) recover(ctx context.Context) ([]clog.Key, error) {
-	var admitted []clog.Key
-	running := map[clog.Key][]string{}
-	seen := map[clog.Key]bool{}
 	subs, err := p.cfg.Log.Unsettled(ctx, 1<<30)
 	if err != nil {
 		return nil, fmt.Errorf("recover: %w", err)
 	}
+	if err := p.settleOrphans(ctx, subs); err != nil {
+		return nil, err
+	}
+	var admitted []clog.Key
+	seen := map[clog.Key]bool{}
 	for _, s := range subs {
-		switch s.Status {
-		case clog.StatusRunning:
-			running[s.Key] = append(running[s.Key], s.ID)
-		case clog.StatusAdmitted:
-			if !seen[s.Key] {
-				seen[s.Key] = true
-				admitted = append(admitted, s.Key)
-			}
+		if s.Status == clog.StatusAdmitted && !seen[s.Key] {
+			seen[s.Key] = true
+			admitted = append(admitted, s.Key)
 		}
 	}
+	return admitted, nil
+}
+
+// settleOrphans settles failed, code "interrupted", every running
+// submission whose turn no live worker holds: not running here, and its
+// session's lease free (a holder settles before it releases, so a free
+// lease on a running submission means its holder died). It is never
+// re-run: agents have side effects.
+func (p *Pool) settleOrphans(ctx context.Context, subs []clog.Submission) error {
+	running := map[clog.Key][]string{}
+	p.mu.Lock()
+	for _, s := range subs {
+		if s.Status == clog.StatusRunning && p.running[s.ID] == nil {
+			running[s.Key] = append(running[s.Key], s.ID)
+		}
+	}
+	p.mu.Unlock()
 	for key, ids := range running {
+		lk := p.stripe(key)
+		lk.Lock()
+		ls, err := p.leases.acquire(ctx, key)
+		if errors.Is(err, ErrLeaseHeld) {
+			lk.Unlock()
+			continue
+		}
+		if err != nil {
+			lk.Unlock()
+			return fmt.Errorf("recover %s: %w", key, err)
+		}
 		w := clog.Write{Key: key}
 		for _, id := range ids {
 			f := interruptedFailure
 			w.Settle = append(w.Settle, clog.Settlement{SubmissionID: id, Outcome: clog.OutcomeFailed, Error: &f})
 		}
-		if _, err := p.cfg.Log.Write(ctx, w); err != nil {
-			return nil, fmt.Errorf("recover %s: %w", key, err)
+		_, err = p.cfg.Log.Write(ctx, w)
+		if rerr := ls.release(context.WithoutCancel(ctx)); rerr != nil {
+			p.logger.Warn("worker: release lease (it will lapse)", "session", key.String(), "err", rerr)
 		}
-		p.logger.Warn("worker: settled interrupted submissions", "session", key.String(), "count", len(ids))
+		lk.Unlock()
+		switch {
+		case errors.Is(err, clog.ErrSubmissionSettled), errors.Is(err, clog.ErrSubmissionState):
+			// Settled meanwhile by its holder: nothing to do.
+		case err != nil:
+			return fmt.Errorf("recover %s: %w", key, err)
+		default:
+			p.logger.Warn("worker: settled interrupted submissions", "session", key.String(), "count", len(ids))
+		}
 	}
-	return admitted, nil
+	return nil
 }
 
 // Abort ends a submission: one not yet started is settled aborted at once;

@@ -40,6 +40,10 @@ func (ns Namespace) StreamName() string {
 	return strings.ToUpper(strings.ReplaceAll(string(ns.orDefault()), "-", "_")) + "_SUBMISSIONS"
 }
 
+func (ns Namespace) leaseBucket() string {
+	return strings.ReplaceAll(string(ns.orDefault()), "-", "_") + "_leases"
+}
+
 // ConsumerName is the workers' durable consumer.
 func (ns Namespace) ConsumerName() string { return string(ns.orDefault()) + "-workers" }
 

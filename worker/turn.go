@@ -32,6 +32,23 @@ func (p *Pool) nextTurn(key clog.Key) (ran bool, err error) {
 		lk.Unlock()
 		return false, nil
 	}
+	// One turn at a time per session, across every worker on the broker.
+	ls, err := p.leases.acquire(p.turnsCtx, key)
+	if errors.Is(err, ErrLeaseHeld) {
+		// Its holder re-reads the session's pending submissions after its
+		// turn, so ours are not forgotten.
+		lk.Unlock()
+		return false, nil
+	}
+	if err != nil {
+		lk.Unlock()
+		return false, err
+	}
+	defer func() {
+		if err := ls.release(context.WithoutCancel(p.turnsCtx)); err != nil {
+			p.logger.Warn("worker: release lease (it will lapse)", "session", key.String(), "err", err)
+		}
+	}()
 	t := &turn{p: p, key: key, id: "turn_" + ulid.Make().String(), subs: subs}
 	ids := make([]string, len(subs))
 	for i, s := range subs {
@@ -44,6 +61,10 @@ func (p *Pool) nextTurn(key clog.Key) (ran bool, err error) {
 		return false, fmt.Errorf("start turn: %w", err)
 	}
 	ctx, cancel := context.WithCancelCause(p.turnsCtx)
+	go ls.keep(ctx, func(err error) {
+		p.logger.Error("worker: lost the session lease; stopping the turn", "session", key.String(), "err", err)
+		cancel(errLeaseLost)
+	})
 	ts := &turnState{id: t.id, cancel: cancel, done: make(chan struct{})}
 	p.mu.Lock()
 	for _, id := range ids {
@@ -160,6 +181,8 @@ func (t *turn) consume(ctx context.Context, agent Agent, prompt Prompt) (res out
 	switch cause := context.Cause(ctx); {
 	case errors.Is(cause, errAborted):
 		return outcome{outcome: clog.OutcomeAborted, failure: &clog.Failure{Code: "aborted", Message: "aborted while running"}}
+	case errors.Is(cause, errLeaseLost):
+		return failed("lease_lost", "the worker lost its session lease (broker unreachable); the turn was stopped so that no other turn runs beside it", true)
 	case ctx.Err() != nil:
 		f := interruptedFailure
 		return outcome{outcome: clog.OutcomeFailed, failure: &f}
