@@ -28,6 +28,10 @@ type ReadResult struct {
 	NextOffset Offset `json:"nextOffset"`
 	// UpToDate is true when the read reached the tail.
 	UpToDate bool `json:"upToDate"`
+	// Remaining is how many records followed NextOffset when the read was
+	// made: how far behind the tail the reader still is. Servers use it to
+	// notice a live reader that falls behind; it is not on the wire.
+	Remaining uint64 `json:"-"`
 }
 
 // MarshalJSON writes the empty incarnation as null.
@@ -109,6 +113,7 @@ func (db *DB) Read(ctx context.Context, key Key, offset Offset, limit int) (Read
 		}
 		res.NextOffset = offsetOf(next)
 		res.UpToDate = next == meta.next
+		res.Remaining = meta.next - next
 		return nil
 	})
 	if err != nil {

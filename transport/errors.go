@@ -23,6 +23,7 @@ const (
 	CodeMethodNotAllowed     = "method_not_allowed"     // 405
 	CodeSessionBusy          = "session_busy"           // 409: the agent rejects deliveries to a busy session
 	CodeAlreadySettled       = "already_settled"        // 409: abort of a settled submission
+	CodeReaderTooSlow        = "reader_too_slow"        // SSE final frame: a live reader fell MaxLag records behind
 	CodePayloadTooLarge      = "payload_too_large"      // 413
 	CodeUnsupportedMediaType = "unsupported_media_type" // 415
 	CodeIdempotencyKeyReused = "idempotency_key_reused" // 422: same key, another request
@@ -45,6 +46,8 @@ type APIError struct {
 	// incarnation, empty when the stream does not exist. A reader whose
 	// offset belongs to an older incarnation restarts from log.Start.
 	Incarnation log.Incarnation `json:"incarnation"`
+	// Offset comes with reader_too_slow: where the reader resumes.
+	Offset log.Offset `json:"offset,omitempty"`
 
 	cause error
 }
@@ -67,7 +70,14 @@ func (e *APIError) MarshalJSON() ([]byte, error) {
 		Code    string `json:"code"`
 		Message string `json:"message"`
 	}
-	if e.Code != CodeUnknownOffset {
+	switch e.Code {
+	case CodeUnknownOffset:
+	case CodeReaderTooSlow:
+		return json.Marshal(struct {
+			plain
+			Offset log.Offset `json:"offset"`
+		}{plain{e.Code, e.Message}, e.Offset})
+	default:
 		return json.Marshal(plain{e.Code, e.Message})
 	}
 	return json.Marshal(struct {

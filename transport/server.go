@@ -84,6 +84,16 @@ type Options struct {
 	MaxBody int64
 	// Heartbeat is the period of SSE keepalive comments. Default 15s.
 	Heartbeat time.Duration
+	// WriteTimeout bounds each write of a stream: a peer that takes no
+	// bytes for that long is dead or stalled, and its stream ends (it
+	// resumes from its last event id). Default 30s.
+	WriteTimeout time.Duration
+	// MaxLag is how many records a live SSE reader may fall behind the
+	// tail before it gets a final reader_too_slow frame and is
+	// disconnected, to resume from its last offset. A reader catching up
+	// from an old offset is not live until it first reaches the tail.
+	// Default 100,000.
+	MaxLag int
 	// Logger gets internal errors. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -91,7 +101,9 @@ type Options struct {
 // Defaults of Options.
 const (
 	DefaultMaxBody   = 8 << 20
-	DefaultHeartbeat = 15 * time.Second
+	DefaultHeartbeat    = 15 * time.Second
+	DefaultWriteTimeout = 30 * time.Second
+	DefaultMaxLag       = 100_000
 )
 
 // Server is the HTTP API. Create it with New.
@@ -125,6 +137,12 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.Heartbeat <= 0 {
 		opts.Heartbeat = DefaultHeartbeat
+	}
+	if opts.WriteTimeout <= 0 {
+		opts.WriteTimeout = DefaultWriteTimeout
+	}
+	if opts.MaxLag <= 0 {
+		opts.MaxLag = DefaultMaxLag
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()

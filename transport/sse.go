@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"time"
 
 	"github.com/convlog/convlog/log"
 )
@@ -26,9 +27,11 @@ type sseWriter struct {
 	rc      *http.ResponseController
 	scratch []byte
 	err     error
+	timeout time.Duration // per write; 0 for none
 }
 
 func (w *sseWriter) write(b []byte) {
+	w.deadline()
 	if w.err == nil {
 		_, w.err = w.w.Write(b)
 	}
@@ -124,10 +127,18 @@ func (w *sseWriter) errorFrame(e *APIError) {
 	w.event("", data)
 }
 
-// flush sends what was written to the client.
+// flush sends what was written to the client. Each flush has its own
+// deadline: a peer that takes nothing for that long is dead or stalled.
 func (w *sseWriter) flush() error {
 	if w.err == nil {
 		w.err = w.rc.Flush()
 	}
 	return w.err
+}
+
+// deadline arms the write deadline for what is about to be written.
+func (w *sseWriter) deadline() {
+	if w.timeout > 0 && w.err == nil {
+		_ = w.rc.SetWriteDeadline(time.Now().Add(w.timeout))
+	}
 }

@@ -73,14 +73,15 @@ func (s *Server) stream(c echo.Context) error {
 	res := c.Response()
 	rc := http.NewResponseController(res.Writer)
 	// The server's WriteTimeout, if any, is for ordinary requests; this one
-	// lasts as long as the client stays. Not every writer supports it.
+	// lasts as long as the client stays, with a deadline per write instead
+	// (sseWriter.flush sets it). Not every writer supports it.
 	_ = rc.SetWriteDeadline(time.Time{})
 	h := res.Header()
 	h.Set(echo.HeaderContentType, "text/event-stream")
 	h.Set(echo.HeaderCacheControl, "no-cache")
 	h.Set("X-Accel-Buffering", "no")
 	res.WriteHeader(http.StatusOK)
-	w := &sseWriter{w: res, rc: rc}
+	w := &sseWriter{w: res, rc: rc, timeout: s.opts.WriteTimeout}
 	// The client sees the stream open before the first record exists.
 	w.comment("connected")
 	if w.flush() != nil {
@@ -90,6 +91,7 @@ func (s *Server) stream(c echo.Context) error {
 	heartbeat := time.NewTicker(s.opts.Heartbeat)
 	defer heartbeat.Stop()
 	var inc log.Incarnation // the incarnation served so far; "" until the stream exists
+	live := false           // the reader has reached the tail once
 	for {
 		// Subscribe before reading: a commit between the read and the
 		// wait still closes changed.
@@ -125,6 +127,18 @@ func (s *Server) stream(c echo.Context) error {
 			release()
 			return nil
 		}
+		if live && page.Remaining > uint64(s.opts.MaxLag) {
+			// It takes records slower than they come: nothing piles up
+			// here (the log is the buffer), but it would never catch up
+			// live. Say so and let it resume from where it is.
+			release()
+			e := apiErr(0, CodeReaderTooSlow, "this reader fell %d records behind the live tail (limit %d); resume from offset %s, or read by polling", page.Remaining, s.opts.MaxLag, offset)
+			e.Offset = offset
+			w.errorFrame(e)
+			_ = w.flush()
+			return nil
+		}
+		live = live || page.UpToDate
 		if !page.UpToDate {
 			release()
 			if s.stopping(c) {

@@ -538,3 +538,93 @@ func nextComment(t *testing.T, r *transport.StreamReader) {
 		t.Fatalf("want a comment: %+v %v", f, err)
 	}
 }
+
+// A live reader that falls more than MaxLag records behind the tail gets a
+// final reader_too_slow frame naming its resume offset, and loses nothing
+// by resuming from it.
+func TestStreamReaderTooSlow(t *testing.T) {
+	e := newEnv(t, func(o *transport.Options) { o.MaxLag = 10 })
+	ctx := testCtx(t)
+	if _, err := e.db.Append(ctx, streamKey, userText("start")); err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.c.Stream(ctx, "echo", "i1", "", log.Start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var seen []log.Offset
+	f := nextData(t, r) // the tail: the reader is live
+	seen = append(seen, f.Offset)
+
+	// The reader stops taking bytes while 100,000 records (about 20 MB,
+	// more than loopback socket buffers hold) are appended: the server
+	// blocks on its write, and finds itself far behind when it can write
+	// again.
+	batch := make([]log.Record, 1000)
+	for range 100 {
+		for i := range batch {
+			batch[i] = userText("a record of some size, so that pages fill socket buffers quickly")
+		}
+		if _, err := e.db.Append(ctx, streamKey, batch...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var slow *transport.APIError
+	for slow == nil {
+		f, err := r.Next()
+		switch {
+		case errors.As(err, &slow):
+		case err != nil:
+			t.Fatalf("stream ended without reader_too_slow: %v", err)
+		case f.Type == transport.FrameConversation:
+			seen = append(seen, f.Offset)
+		}
+	}
+	if slow.Code != transport.CodeReaderTooSlow || slow.Offset == "" || string(slow.Offset) != r.LastEventID() {
+		t.Fatalf("final frame %+v, last event id %q", slow, r.LastEventID())
+	}
+	// Resume from the offset it named: every batch exactly once.
+	resumed, err := e.c.Resume(ctx, "echo", "i1", "", string(slow.Offset))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resumed.Close()
+	_, tail, _ := e.db.Tail(ctx, streamKey)
+	next := slow.Offset
+	for next != tail {
+		f, err := resumed.Next()
+		if err != nil {
+			t.Fatalf("resumed stream: %v", err)
+		}
+		if f.Type != transport.FrameConversation {
+			continue
+		}
+		if f.Offset != next {
+			t.Fatalf("resumed at %s, want %s", f.Offset, next)
+		}
+		seen = append(seen, f.Offset)
+		next = f.NextOffset
+	}
+	all, err := e.db.Read(ctx, streamKey, log.Start, log.MaxReadLimit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := log.Start
+	var want []log.Offset
+	for {
+		for _, b := range all.Batches {
+			want = append(want, b.Offset)
+		}
+		if all.UpToDate {
+			break
+		}
+		off = all.NextOffset
+		if all, err = e.db.Read(ctx, streamKey, off, log.MaxReadLimit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if fmt.Sprint(seen) != fmt.Sprint(want) {
+		t.Fatalf("batches seen across the disconnect:\n got %v\nwant %v", seen, want)
+	}
+}

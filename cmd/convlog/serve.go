@@ -19,6 +19,8 @@ func serveCommand(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.NATSNamespace, "nats-namespace", "convlog", "prefix of the NATS subjects, stream and consumer, so deployments can share a broker")
 	fs.Int64Var(&cfg.MaxBody, "max-body", 8<<20, "largest request body in bytes")
 	fs.DurationVar(&cfg.Heartbeat, "heartbeat", 15*time.Second, "SSE keepalive period")
+	fs.DurationVar(&cfg.SSEWriteTimeout, "sse-write-timeout", 30*time.Second, "an SSE write that takes longer ends the stream (dead or stalled reader)")
+	fs.IntVar(&cfg.SSEMaxLag, "sse-max-lag", 100000, "records a live SSE reader may fall behind the tail before it is told to resume later")
 	fs.DurationVar(&cfg.EchoDelay, "echo-delay", 20*time.Millisecond, "the echo agent's delay between words")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "how long running turns may finish on SIGTERM before they are settled interrupted")
 	level := fs.String("log-level", "info", "debug, info, warn or error")

@@ -28,6 +28,8 @@ type Config struct {
 	NATSNamespace   string        // prefix of every NATS name; "" for "convlog"
 	MaxBody         int64         // request body limit
 	Heartbeat       time.Duration // SSE keepalive period
+	SSEWriteTimeout time.Duration // a stream write that takes longer ends the stream
+	SSEMaxLag       int           // records a live SSE reader may fall behind
 	EchoDelay       time.Duration // the echo agent's delay between words
 	ShutdownTimeout time.Duration // how long running turns may finish on stop
 	Logger          *slog.Logger
@@ -93,21 +95,23 @@ func Start(cfg Config) (_ *Service, err error) {
 	}
 	if s.pool, err = worker.NewPool(worker.Config{
 		Log: s.db, NATS: s.nc, Agents: agents, Deltas: s.bus, Logger: s.logger,
-		Namespace: worker.Namespace(cfg.NATSNamespace),
+		Namespace:       worker.Namespace(cfg.NATSNamespace),
 		ShutdownTimeout: cfg.ShutdownTimeout,
 	}); err != nil {
 		return nil, err
 	}
 	if s.http, err = transport.New(transport.Options{
-		Log:       s.db,
-		Agents:    agents,
-		Deltas:    s.bus,
-		Admitted:  func(clog.Submission) { s.relay.Kick() },
-		Ready:     s.ready,
-		Abort:     s.pool.Abort,
-		MaxBody:   cfg.MaxBody,
-		Heartbeat: cfg.Heartbeat,
-		Logger:    s.logger,
+		Log:          s.db,
+		Agents:       agents,
+		Deltas:       s.bus,
+		Admitted:     func(clog.Submission) { s.relay.Kick() },
+		Ready:        s.ready,
+		Abort:        s.pool.Abort,
+		MaxBody:      cfg.MaxBody,
+		Heartbeat:    cfg.Heartbeat,
+		WriteTimeout: cfg.SSEWriteTimeout,
+		MaxLag:       cfg.SSEMaxLag,
+		Logger:       s.logger,
 	}); err != nil {
 		return nil, err
 	}
