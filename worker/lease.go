@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -48,8 +49,13 @@ func openLeases(ctx context.Context, js jetstream.JetStream, ns Namespace, ttl t
 	}
 	host, _ := os.Hostname()
 	owner := host + " " + strconv.Itoa(os.Getpid()) + " " + ulid.Make().String()
+	liveOwners.Store(owner, true)
 	return &leases{kv: kv, ttl: ttl, owner: []byte(owner), host: host}, nil
 }
+
+// liveOwners are the lease owners of this process's pools: several pools
+// may share a process (and so a pid), and only those not here are dead.
+var liveOwners sync.Map
 
 // deadOwner reports whether a lease's owner is a process of this host that
 // no longer runs (or an earlier life of this very process id): its lease
@@ -65,7 +71,8 @@ func (l *leases) deadOwner(owner []byte) bool {
 		return false
 	}
 	if pid == os.Getpid() {
-		return string(owner) != string(l.owner)
+		_, live := liveOwners.Load(string(owner))
+		return !live
 	}
 	return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
 }

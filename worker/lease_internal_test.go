@@ -15,6 +15,8 @@ func TestDeadOwner(t *testing.T) {
 	}
 	me := strconv.Itoa(os.Getpid())
 	l := &leases{host: host, owner: []byte(host + " " + me + " 01ARZ3NDEKTSV4RRFFQ69G5FAV")}
+	liveOwners.Store(host+" "+me+" 01ARZ3NDEKTSV4RRFFQ69G5FAV", true)
+	liveOwners.Store(host+" "+me+" 01CX5ZZKBKACTAV9WEVGEMMVRZ", true) // another pool of this process
 	cases := []struct {
 		owner string
 		dead  bool
