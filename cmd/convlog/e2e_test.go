@@ -359,3 +359,65 @@ func externalNATS(t testing.TB) string {
 	conn.Close()
 	return "nats://" + addr
 }
+
+func TestAbortOverHTTP(t *testing.T) {
+	_, c := testService(t, func(cfg *Config) { cfg.EchoDelay = 50 * time.Millisecond })
+	ctx := context.Background()
+	running := deliver(t, c, "echo", "i", "s", strings.Repeat("slow ", 40)) // 2 s of turn
+	sr, err := c.Stream(ctx, "echo", "i", "s", running.Offset)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sr.Close()
+	for f, err := sr.Next(); f.Type != "delta"; f, err = sr.Next() {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Delivered once the first runs, so that it waits for the next turn.
+	queued := deliver(t, c, "echo", "i", "s", "never runs")
+	s, err := c.Abort(ctx, "echo", "i", queued.SubmissionID)
+	if err != nil || s.Status != clog.StatusAborted {
+		t.Fatalf("abort queued: %+v %v", s, err)
+	}
+	start := time.Now()
+	s, err = c.Abort(ctx, "echo", "i", running.SubmissionID)
+	if err != nil || s.Status != clog.StatusAborted {
+		t.Fatalf("abort running: %+v %v", s, err)
+	}
+	t.Logf("running turn aborted and settled in %v", time.Since(start))
+	if _, err := c.Abort(ctx, "echo", "i", running.SubmissionID); !transport.IsCode(err, transport.CodeAlreadySettled) {
+		t.Fatalf("abort settled: %v", err)
+	}
+	if _, err := c.Abort(ctx, "echo", "i", "sub_nope"); !transport.IsCode(err, transport.CodeNotFound) {
+		t.Fatalf("abort unknown: %v", err)
+	}
+	// The partial reply stays, the queued one never ran, each has one
+	// settlement.
+	recs := readUntilSettled(t, c, "echo", "i", "s", running.Offset, queued.SubmissionID)
+	v := projection.Project(recs)
+	if len(v.Settlements) != 2 {
+		t.Fatalf("settlements %+v", v.Settlements)
+	}
+	for _, m := range v.Messages {
+		if m.Role == "assistant" && m.SubmissionID == queued.SubmissionID {
+			t.Fatalf("aborted-before-start submission ran: %+v", m)
+		}
+	}
+}
+
+func TestBusyPolicyReject(t *testing.T) {
+	_, c := testService(t, func(cfg *Config) {
+		cfg.EchoDelay = 20 * time.Millisecond
+		cfg.BusyPolicies = map[string]string{"echo": "reject"}
+	})
+	first := deliver(t, c, "echo", "i", "s", "a b c d e f")
+	_, err := c.Deliver(context.Background(), "echo", "i", transport.DeliverRequest{Message: transport.Message{Kind: "user", Body: "too soon"}, Session: "s"}, "")
+	if !transport.IsCode(err, transport.CodeSessionBusy) {
+		t.Fatalf("second delivery to a busy session: %v", err)
+	}
+	if s, err := c.Submission(context.Background(), "echo", "i", first.SubmissionID, 10*time.Second); err != nil || s.Status != clog.StatusCompleted {
+		t.Fatalf("%+v %v", s, err)
+	}
+	deliver(t, c, "echo", "i", "s", "idle again")
+}

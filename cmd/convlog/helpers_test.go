@@ -25,10 +25,7 @@ func testService(t testing.TB, mutate func(*Config)) (*Service, *transport.Clien
 		Heartbeat:       time.Second,
 		EchoDelay:       0,
 		ShutdownTimeout: 2 * time.Second,
-		Logger:          slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}
-	if testing.Verbose() {
-		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		Logger:          quietLogger(),
 	}
 	if mutate != nil {
 		mutate(&cfg)
@@ -45,4 +42,12 @@ func testService(t testing.TB, mutate func(*Config)) (*Service, *transport.Clien
 		}
 	})
 	return svc, &transport.Client{BaseURL: "http://" + svc.Addr()}
+}
+
+// quietLogger shows warnings with -v, nothing otherwise.
+func quietLogger() *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }

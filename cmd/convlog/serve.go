@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -23,6 +24,15 @@ func serveCommand(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.SSEMaxLag, "sse-max-lag", 100000, "records a live SSE reader may fall behind the tail before it is told to resume later")
 	fs.DurationVar(&cfg.EchoDelay, "echo-delay", 20*time.Millisecond, "the echo agent's delay between words")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "how long running turns may finish on SIGTERM before they are settled interrupted")
+	cfg.BusyPolicies = map[string]string{}
+	fs.Func("busy-policy", "agent=enqueue|reject: what a delivery to a busy session gets (repeatable; default enqueue)", func(v string) error {
+		name, policy, ok := strings.Cut(v, "=")
+		if !ok || (policy != "enqueue" && policy != "reject") {
+			return fmt.Errorf("want agent=enqueue or agent=reject, got %q", v)
+		}
+		cfg.BusyPolicies[name] = policy
+		return nil
+	})
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -32,7 +32,10 @@ type Config struct {
 	SSEMaxLag       int           // records a live SSE reader may fall behind
 	EchoDelay       time.Duration // the echo agent's delay between words
 	ShutdownTimeout time.Duration // how long running turns may finish on stop
-	Logger          *slog.Logger
+	// BusyPolicies maps an agent name to "enqueue" (the default) or
+	// "reject": what a delivery to a session with unsettled work gets.
+	BusyPolicies map[string]string
+	Logger       *slog.Logger
 }
 
 // Service is convlog wired together in one process.
@@ -50,7 +53,8 @@ type Service struct {
 	ln    net.Listener
 
 	cancel context.CancelFunc // stops relay, pool and sweeper
-	wg     sync.WaitGroup
+	wg     sync.WaitGroup     // relay, pool, sweeper
+	httpWG sync.WaitGroup     // the HTTP server, which outlives them on Stop
 	errs   chan error
 }
 
@@ -84,8 +88,16 @@ func Start(cfg Config) (_ *Service, err error) {
 	}
 
 	agents := worker.NewRegistry()
-	if err := agents.Register("echo", worker.Echo{Delay: cfg.EchoDelay}, worker.BusyEnqueue); err != nil {
-		return nil, err
+	builtin := map[string]worker.Agent{"echo": worker.Echo{Delay: cfg.EchoDelay}}
+	for name := range cfg.BusyPolicies {
+		if builtin[name] == nil {
+			return nil, fmt.Errorf("busy policy for %q: no such agent", name)
+		}
+	}
+	for name, agent := range builtin {
+		if err := agents.Register(name, agent, worker.BusyPolicy(cfg.BusyPolicies[name])); err != nil {
+			return nil, err
+		}
 	}
 	if s.bus, err = worker.NewDeltaBus(s.nc, worker.Namespace(cfg.NATSNamespace)); err != nil {
 		return nil, err
@@ -124,7 +136,7 @@ func Start(cfg Config) (_ *Service, err error) {
 	s.goRun("relay", func() error { return s.relay.Run(ctx) })
 	s.goRun("pool", func() error { return s.pool.Run(ctx) })
 	s.goRun("idempotency sweeper", func() error { s.sweepIdempotency(ctx); return nil })
-	s.goRun("http", func() error {
+	s.goRunIn(&s.httpWG, "http", func() error {
 		if err := s.http.Serve(s.ln); !errors.Is(err, http.ErrServerClosed) {
 			return err
 		}
@@ -134,10 +146,12 @@ func Start(cfg Config) (_ *Service, err error) {
 	return s, nil
 }
 
-func (s *Service) goRun(name string, fn func() error) {
-	s.wg.Add(1)
+func (s *Service) goRun(name string, fn func() error) { s.goRunIn(&s.wg, name, fn) }
+
+func (s *Service) goRunIn(wg *sync.WaitGroup, name string, fn func() error) {
+	wg.Add(1)
 	go func() {
-		defer s.wg.Done()
+		defer wg.Done()
 		if err := fn(); err != nil {
 			s.logger.Error(name+" stopped", "err", err)
 			select {
@@ -195,32 +209,28 @@ func (s *Service) sweepIdempotency(ctx context.Context) {
 	}
 }
 
-// Stop shuts down gracefully: stop admitting (503), let running turns
-// finish up to the shutdown timeout (then settle them interrupted), end
-// streams, close NATS and the log.
+// Stop shuts down gracefully: stop admitting (deliveries get 503
+// shutting_down while reads and streams go on), let running turns finish
+// up to the shutdown timeout (then they are settled interrupted), then end
+// streams and HTTP, and close NATS and the log.
 func (s *Service) Stop(ctx context.Context) error {
 	s.http.StopAdmitting()
 	s.cancel()
+	s.wg.Wait() // relay, pool (its drain), sweeper
 	var errs []error
-	httpDone := make(chan error, 1)
-	go func() {
-		// Streams end at once; in-flight requests get the context's time.
-		sctx, cancel := context.WithTimeout(ctx, s.cfg.ShutdownTimeout+5*time.Second)
-		defer cancel()
-		httpDone <- s.http.Shutdown(sctx)
-	}()
-	s.wg.Wait()
-	if err := <-httpDone; err != nil {
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := s.http.Shutdown(sctx); err != nil {
 		errs = append(errs, fmt.Errorf("http shutdown: %w", err))
 	}
-	for {
+	s.httpWG.Wait()
+	for done := false; !done; {
 		select {
 		case err := <-s.errs:
 			errs = append(errs, err)
-			continue
 		default:
+			done = true
 		}
-		break
 	}
 	if err := s.closeInfra(); err != nil {
 		errs = append(errs, err)
