@@ -100,7 +100,7 @@ type Options struct {
 
 // Defaults of Options.
 const (
-	DefaultMaxBody   = 8 << 20
+	DefaultMaxBody      = 8 << 20
 	DefaultHeartbeat    = 15 * time.Second
 	DefaultWriteTimeout = 30 * time.Second
 	DefaultMaxLag       = 100_000

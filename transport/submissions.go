@@ -16,32 +16,15 @@ const MaxWait = 60 * time.Second
 // it waits until the submission is settled or the wait ends, then answers
 // 200 with its state either way.
 func (s *Server) submission(c echo.Context) error {
-	agent, instance, _, err := s.instance(c)
-	if err != nil {
-		return err
-	}
 	wait, err := queryWait(c)
 	if err != nil {
 		return err
 	}
-	id := pathParam(c, "submissionId")
-	notFound := apiErr(http.StatusNotFound, CodeNotFound, "no submission %q for %s/%s", clip(id), agent, instance)
-	if len(id) > log.MaxIDLength {
-		return notFound
+	get, err := s.submissionOfRoute(c)
+	if err != nil {
+		return err
 	}
 	ctx := c.Request().Context()
-	get := func() (log.Submission, error) {
-		sub, err := s.db.Submission(ctx, id)
-		if err != nil {
-			return sub, err
-		}
-		// Ids are global; the route scopes them. Another instance's
-		// submission is as absent here as one that never was.
-		if sub.Key.Agent != agent || sub.Key.Instance != instance {
-			return sub, notFound
-		}
-		return sub, nil
-	}
 	sub, err := get()
 	if err != nil {
 		return err
@@ -103,4 +86,30 @@ func queryWait(c echo.Context) (time.Duration, error) {
 		return 0, apiErr(http.StatusBadRequest, CodeInvalidWait, "wait must be a duration from 0s to %s (like 30s), not %q", MaxWait, clip(vs[0]))
 	}
 	return d, nil
+}
+
+// submissionOfRoute checks the route's agent and instance and returns a
+// getter of the route's submission. Ids are global; the route scopes them:
+// another instance's submission is as absent here as one that never was.
+func (s *Server) submissionOfRoute(c echo.Context) (func() (log.Submission, error), error) {
+	agent, instance, _, err := s.instance(c)
+	if err != nil {
+		return nil, err
+	}
+	id := pathParam(c, "submissionId")
+	notFound := apiErr(http.StatusNotFound, CodeNotFound, "no submission %q for %s/%s", clip(id), agent, instance)
+	if len(id) > log.MaxIDLength {
+		return nil, notFound
+	}
+	ctx := c.Request().Context()
+	return func() (log.Submission, error) {
+		sub, err := s.db.Submission(ctx, id)
+		if err != nil {
+			return sub, err
+		}
+		if sub.Key.Agent != agent || sub.Key.Instance != instance {
+			return sub, notFound
+		}
+		return sub, nil
+	}, nil
 }
