@@ -115,11 +115,17 @@ func TestResetChangesIncarnation(t *testing.T) {
 	if err != nil || inc == a.Incarnation {
 		t.Fatalf("reset: %v %v", inc, err)
 	}
+	// The new incarnation holds only the settlement of the submission the
+	// reset aborted: every submission keeps exactly one settlement.
 	res, err := db.Read(ctx, testKey, clog.Start, 0)
-	if err != nil || res.Incarnation != inc || len(res.Batches) != 0 {
+	if err != nil || res.Incarnation != inc || len(res.Batches) != 1 {
 		t.Fatalf("after reset: %+v %v", res, err)
 	}
-	if _, err := db.Read(ctx, testKey, a.Offset, 0); !errors.Is(err, clog.ErrUnknownOffset) {
+	recs, _ := res.Batches[0].Records.Decode()
+	if len(recs) != 1 || recs[0].Entry.Type != clog.EntrySettlement || recs[0].Entry.SubmissionID != sub.ID || recs[0].Entry.ParentID != "" {
+		t.Fatalf("after reset: %+v", recs)
+	}
+	if _, err := db.Read(ctx, testKey, a.NextOffset, 0); !errors.Is(err, clog.ErrUnknownOffset) {
 		t.Fatalf("old offset: %v", err)
 	}
 	if s, _ := db.Submission(ctx, sub.ID); s.Status != clog.StatusAborted || s.Error == nil || s.Error.Code != "stream_reset" {
@@ -127,8 +133,15 @@ func TestResetChangesIncarnation(t *testing.T) {
 	}
 	// Old entry ids are forgotten: the new incarnation starts a fresh path.
 	b, err := db.Append(ctx, testKey, userEntry("c"))
-	if err != nil || b.Offset != clog.Start || b.Records[0].Entry.ParentID != "" {
+	if err != nil || b.Offset != res.NextOffset || b.Records[0].Entry.ParentID != recs[0].Entry.ID {
 		t.Fatalf("append after reset: %+v %v", b, err)
+	}
+	// A reset with nothing unsettled leaves the new incarnation empty.
+	if _, err := db.Reset(ctx, testKey); err != nil {
+		t.Fatal(err)
+	}
+	if res, _ := db.Read(ctx, testKey, clog.Start, 0); len(res.Batches) != 0 {
+		t.Fatalf("empty reset: %+v", res)
 	}
 }
 

@@ -12,9 +12,10 @@ import (
 )
 
 // Reset gives the stream a new incarnation and removes its records. Its
-// unsettled submissions are settled aborted (code "stream_reset"); their
-// records went with the old incarnation. Resetting an absent stream creates
-// it, empty.
+// unsettled submissions are settled aborted (code "stream_reset"), and the
+// new incarnation starts with their settlement entries, so that every
+// submission still has exactly one settlement in its stream. Resetting an
+// absent stream creates it, empty.
 func (db *DB) Reset(ctx context.Context, key Key) (Incarnation, error) {
 	if err := key.Validate(); err != nil {
 		return "", fmt.Errorf("reset %s: %w", key, err)
@@ -31,16 +32,26 @@ func (db *DB) Reset(ctx context.Context, key Key) (Incarnation, error) {
 		old := meta.id
 		meta.inc, meta.next, meta.leaf = ulid.Make(), 0, ""
 		return func() error {
+			var settled []Record
 			if old != 0 {
 				if err := deleteRecords(tx, old); err != nil {
 					return err
 				}
-				if err := abortQueued(tx, old, now); err != nil {
+				if settled, err = abortQueued(tx, old, now); err != nil {
 					return err
 				}
 			}
 			if err := meta.store(tx, key); err != nil {
 				return err
+			}
+			if len(settled) > 0 {
+				plan, err := planAppend(tx, key, meta, settled, now)
+				if err != nil {
+					return err
+				}
+				if err := plan.store(tx); err != nil {
+					return err
+				}
 			}
 			inc = incarnationOf(meta.inc)
 			return nil
@@ -99,27 +110,35 @@ func deletePrefix(b *bolt.Bucket, prefix []byte) error {
 	return nil
 }
 
-func abortQueued(tx *bolt.Tx, streamID uint64, now time.Time) error {
+// abortQueued settles the stream's unsettled submissions aborted and
+// returns their settlement entries.
+func abortQueued(tx *bolt.Tx, streamID uint64, now time.Time) ([]Record, error) {
 	queue := tx.Bucket(bucketQueue)
 	var ids []string
 	c := queue.Cursor()
 	for k, v := c.Seek(u64(streamID)); k != nil && binary.BigEndian.Uint64(k) == streamID; k, v = c.Next() {
 		ids = append(ids, string(v))
 	}
+	var settled []Record
 	for _, id := range ids {
 		s, err := getSubmission(tx, id)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		s.Status, s.SettledAt = StatusAborted, now
 		s.Error = &Failure{Code: "stream_reset", Message: "the stream was reset before the submission settled"}
 		if err := putSubmission(tx, s); err != nil {
-			return err
+			return nil, err
 		}
 		// Nothing left to deliver: no doorbell either.
 		if err := tx.Bucket(bucketOutbox).Delete(u64(s.Seq)); err != nil {
-			return err
+			return nil, err
 		}
+		payload, err := json.Marshal(Settlement{SubmissionID: id, Outcome: OutcomeAborted, Error: s.Error})
+		if err != nil {
+			return nil, err
+		}
+		settled = append(settled, EntryRecord(Entry{Type: EntrySettlement, SubmissionID: id, TurnID: s.TurnID, Payload: payload}))
 	}
-	return deletePrefix(queue, u64(streamID))
+	return settled, deletePrefix(queue, u64(streamID))
 }

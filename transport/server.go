@@ -94,6 +94,9 @@ type Options struct {
 	// from an old offset is not live until it first reaches the tail.
 	// Default 100,000.
 	MaxLag int
+	// CORSOrigins are the browser origins allowed to call the API from
+	// another origin ("*" for any). None by default.
+	CORSOrigins []string
 	// Logger gets internal errors. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -153,6 +156,15 @@ func New(opts Options) (*Server, error) {
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
 	e.Use(s.track)
+	if len(opts.CORSOrigins) > 0 {
+		e.Use(middleware.CORSWithConfig(middleware.CORSConfig{
+			AllowOrigins:  opts.CORSOrigins,
+			AllowMethods:  []string{http.MethodGet, http.MethodPost},
+			AllowHeaders:  []string{echo.HeaderContentType, "Idempotency-Key", "Last-Event-ID"},
+			ExposeHeaders: []string{echo.HeaderLocation, "Idempotent-Replayed"},
+			MaxAge:        600,
+		}))
+	}
 	e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{
 		LogErrorFunc: func(c echo.Context, err error, stack []byte) error {
 			s.log.ErrorContext(c.Request().Context(), "panic in handler", "path", c.Request().URL.Path, "err", err, "stack", string(stack))

@@ -47,6 +47,12 @@ func (s *Server) stream(c echo.Context) error {
 		return err
 	}
 	ctx := req.Context()
+	// An offset this stream never produced is refused before the stream
+	// opens, with a plain 400: an EventSource gives up on a non-200, where
+	// an error frame in a 200 would make it reconnect in a loop.
+	if _, err := s.db.Read(ctx, key, offset, 1); err != nil {
+		return err
+	}
 
 	// Deltas first, so that none of a turn that is running while we catch
 	// up is missed for want of a subscription (they may be dropped for want

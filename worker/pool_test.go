@@ -207,6 +207,11 @@ func TestToolCallsRecordedAsTheyComplete(t *testing.T) {
 	if len(first.Parts) != 3 || first.Parts[0].Type != clog.PartReasoning || first.Parts[2].Type != clog.PartToolCall {
 		t.Fatalf("first message %+v", first)
 	}
+	var result clog.ToolResultPayload
+	json.Unmarshal(recs[2].Entry.Payload, &result)
+	if result.ToolCallID != "c1" || result.ToolName != "search" || string(result.Output) != `["r1"]` {
+		t.Fatalf("tool result %+v", result)
+	}
 	if len(last.Parts) != 2 || last.Parts[0].Text != "Found r1." || last.Parts[1].Type != clog.PartData {
 		t.Fatalf("last message %+v", last)
 	}

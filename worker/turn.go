@@ -93,7 +93,8 @@ type turn struct {
 	id   string
 	subs []clog.Submission
 
-	parts []clog.Part // the assistant message being streamed
+	parts     []clog.Part       // the assistant message being streamed
+	toolNames map[string]string // tool call id -> name, for its result
 }
 
 func (t *turn) primary() string { return t.subs[0].ID }
@@ -153,6 +154,10 @@ func (t *turn) consume(ctx context.Context, agent Agent, prompt Prompt) (res out
 				args = json.RawMessage("null")
 			}
 			t.parts = append(t.parts, clog.Part{Type: clog.PartToolCall, ToolCallID: ev.ID, ToolName: ev.Name, Input: args})
+			if t.toolNames == nil {
+				t.toolNames = map[string]string{}
+			}
+			t.toolNames[ev.ID] = ev.Name
 			t.publish(Frame{Type: FrameToolCallDelta, ToolCallID: ev.ID, ToolName: ev.Name, Args: args})
 			if err := t.flushMessage(ctx); err != nil {
 				return failed("storage", err.Error(), true)
@@ -162,7 +167,7 @@ func (t *turn) consume(ctx context.Context, agent Agent, prompt Prompt) (res out
 			if len(content) == 0 || !json.Valid(content) {
 				content = json.RawMessage("null")
 			}
-			payload, _ := json.Marshal(clog.ToolResultPayload{ToolCallID: ev.ID, IsError: ev.IsError, Output: content})
+			payload, _ := json.Marshal(clog.ToolResultPayload{ToolCallID: ev.ID, ToolName: t.toolNames[ev.ID], IsError: ev.IsError, Output: content})
 			if err := t.append(ctx, clog.EntryRecord(clog.Entry{Type: clog.EntryToolResult, Payload: payload})); err != nil {
 				return failed("storage", err.Error(), true)
 			}

@@ -33,6 +33,10 @@ func serveCommand(ctx context.Context, args []string) error {
 		cfg.BusyPolicies[name] = policy
 		return nil
 	})
+	fs.Func("cors-origin", "a browser origin allowed to call the API, or * for any (repeatable; default none)", func(v string) error {
+		cfg.CORSOrigins = append(cfg.CORSOrigins, v)
+		return nil
+	})
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -32,6 +32,8 @@ type Config struct {
 	SSEMaxLag       int           // records a live SSE reader may fall behind
 	EchoDelay       time.Duration // the echo agent's delay between words
 	ShutdownTimeout time.Duration // how long running turns may finish on stop
+	// CORSOrigins are the browser origins allowed to call the API.
+	CORSOrigins []string
 	// BusyPolicies maps an agent name to "enqueue" (the default) or
 	// "reject": what a delivery to a session with unsettled work gets.
 	BusyPolicies map[string]string
@@ -123,6 +125,7 @@ func Start(cfg Config) (_ *Service, err error) {
 		Heartbeat:    cfg.Heartbeat,
 		WriteTimeout: cfg.SSEWriteTimeout,
 		MaxLag:       cfg.SSEMaxLag,
+		CORSOrigins:  cfg.CORSOrigins,
 		Logger:       s.logger,
 	}); err != nil {
 		return nil, err
