@@ -33,6 +33,9 @@ var (
 	// ErrSessionBusy: an admission with RejectIfBusy to a session that has
 	// unsettled submissions.
 	ErrSessionBusy = errors.New("session busy")
+	// ErrIncarnationChanged: a write that expected an incarnation the
+	// stream no longer has (it was reset).
+	ErrIncarnationChanged = errors.New("stream incarnation changed")
 	// ErrClosed: the database is closed.
 	ErrClosed = errors.New("log closed")
 )

@@ -232,3 +232,26 @@ func TestWaitEndsOnClose(t *testing.T) {
 		t.Fatalf("read after close: %v", err)
 	}
 }
+
+func TestWriteExpectsIncarnation(t *testing.T) {
+	ctx := context.Background()
+	db := openTestDB(t, nil)
+	a, err := db.Append(ctx, testKey, userEntry("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Write(ctx, clog.Write{Key: testKey, Records: []clog.Record{userEntry("b")}, Incarnation: a.Incarnation}); err != nil {
+		t.Fatalf("same incarnation: %v", err)
+	}
+	if _, err := db.Reset(ctx, testKey); err != nil {
+		t.Fatal(err)
+	}
+	_, err = db.Write(ctx, clog.Write{Key: testKey, Records: []clog.Record{userEntry("late")}, Incarnation: a.Incarnation})
+	if !errors.Is(err, clog.ErrIncarnationChanged) {
+		t.Fatalf("old incarnation: %v", err)
+	}
+	absent := clog.Key{Agent: "echo", Instance: "i1", Session: "absent"}
+	if _, err := db.Write(ctx, clog.Write{Key: absent, Records: []clog.Record{userEntry("x")}, Incarnation: a.Incarnation}); !errors.Is(err, clog.ErrIncarnationChanged) {
+		t.Fatalf("absent stream: %v", err)
+	}
+}

@@ -21,6 +21,10 @@ type Write struct {
 	// Settle appends one settlement entry per element, after Records, and
 	// gives each submission its terminal status.
 	Settle []Settlement
+	// Incarnation, when set, makes the write fail with
+	// ErrIncarnationChanged unless the stream still has it: a producer
+	// that began in one incarnation never writes into the next.
+	Incarnation Incarnation
 }
 
 // Appended says where a write's batch went.
@@ -69,6 +73,9 @@ func prepareWrite(tx *bolt.Tx, w Write, now time.Time, res *Appended) (func() er
 			return nil, nil, fmt.Errorf("%w: stream has no submissions", ErrSubmissionNotFound)
 		}
 		meta = newStream(now)
+	}
+	if w.Incarnation != "" && (!exists || incarnationOf(meta.inc) != w.Incarnation) {
+		return nil, nil, fmt.Errorf("%w: expected %s", ErrIncarnationChanged, w.Incarnation)
 	}
 	subs := make(map[string]*storedSubmission, len(w.Start)+len(w.Settle))
 	load := func(id string) (*storedSubmission, error) {

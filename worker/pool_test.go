@@ -274,3 +274,34 @@ func TestAbort(t *testing.T) {
 		t.Fatalf("%+v", s)
 	}
 }
+
+// A stream reset under a running turn: the reset settles its submission
+// (aborted, stream_reset) and the turn writes nothing into the new
+// incarnation.
+func TestResetUnderRunningTurn(t *testing.T) {
+	b := &blocker{started: make(chan string, 10), release: make(chan struct{})}
+	r := startRig(t, func(reg *worker.Registry) { reg.Register("slow", b, "") })
+	key := clog.Key{Agent: "slow", Instance: "i", Session: "s"}
+	sub := r.admit(t, key, "one")
+	<-b.started
+	inc, err := r.db.Reset(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.release <- struct{}{}
+	// The next submission runs normally, after the stopped turn.
+	next := r.admit(t, key, "two")
+	<-b.started
+	b.release <- struct{}{}
+	if s := r.settled(t, next.ID); s.Status != clog.StatusCompleted {
+		t.Fatalf("next %+v", s)
+	}
+	if s, _ := r.db.Submission(context.Background(), sub.ID); s.Status != clog.StatusAborted || s.Error.Code != "stream_reset" {
+		t.Fatalf("reset submission %+v", s)
+	}
+	for _, rec := range r.records(t, key) {
+		if rec.Entry.SubmissionID == sub.ID && rec.Entry.Type != clog.EntrySettlement {
+			t.Fatalf("the stopped turn wrote into incarnation %s: %+v", inc, rec.Entry)
+		}
+	}
+}

@@ -56,10 +56,12 @@ func (p *Pool) nextTurn(key clog.Key) (ran bool, err error) {
 	}
 	// The delivery position is recorded before the call: once running, a
 	// submission is never delivered again, whatever happens to us.
-	if _, err := p.cfg.Log.Write(p.turnsCtx, clog.Write{Key: key, Start: ids, TurnID: t.id}); err != nil {
+	started, err := p.cfg.Log.Write(p.turnsCtx, clog.Write{Key: key, Start: ids, TurnID: t.id})
+	if err != nil {
 		lk.Unlock()
 		return false, fmt.Errorf("start turn: %w", err)
 	}
+	t.inc = started.Incarnation
 	ctx, cancel := context.WithCancelCause(p.turnsCtx)
 	go ls.keep(ctx, func(err error) {
 		p.logger.Error("worker: lost the session lease; stopping the turn", "session", key.String(), "err", err)
@@ -93,6 +95,7 @@ type turn struct {
 	id   string
 	subs []clog.Submission
 
+	inc       clog.Incarnation  // the stream's, when the turn started
 	parts     []clog.Part       // the assistant message being streamed
 	toolNames map[string]string // tool call id -> name, for its result
 }
@@ -104,6 +107,7 @@ type outcome struct {
 	outcome clog.Outcome
 	failure *clog.Failure
 	data    json.RawMessage
+	reset   bool // the stream was reset under the turn: nothing to settle
 }
 
 func (t *turn) run(ctx context.Context) error {
@@ -119,6 +123,16 @@ func (t *turn) run(ctx context.Context) error {
 		res = t.consume(ctx, agent, prompt)
 	}
 	return t.settle(ctx, res)
+}
+
+// storageFailure is the outcome of a turn whose records cannot be written.
+// A reset stream is not a failure of the turn: the reset settled its
+// submissions, and the turn just stops.
+func storageFailure(err error) outcome {
+	if errors.Is(err, clog.ErrIncarnationChanged) {
+		return outcome{reset: true}
+	}
+	return failed("storage", err.Error(), true)
 }
 
 func failed(code, msg string, retryable bool) outcome {
@@ -160,7 +174,7 @@ func (t *turn) consume(ctx context.Context, agent Agent, prompt Prompt) (res out
 			t.toolNames[ev.ID] = ev.Name
 			t.publish(Frame{Type: FrameToolCallDelta, ToolCallID: ev.ID, ToolName: ev.Name, Args: args})
 			if err := t.flushMessage(ctx); err != nil {
-				return failed("storage", err.Error(), true)
+				return storageFailure(err)
 			}
 		case EventToolEnded:
 			content := ev.Content
@@ -169,7 +183,7 @@ func (t *turn) consume(ctx context.Context, agent Agent, prompt Prompt) (res out
 			}
 			payload, _ := json.Marshal(clog.ToolResultPayload{ToolCallID: ev.ID, ToolName: t.toolNames[ev.ID], IsError: ev.IsError, Output: content})
 			if err := t.append(ctx, clog.EntryRecord(clog.Entry{Type: clog.EntryToolResult, Payload: payload})); err != nil {
-				return failed("storage", err.Error(), true)
+				return storageFailure(err)
 			}
 		case EventRetrying:
 			t.publish(Frame{Type: FrameRetrying, Attempt: ev.Attempt, MaxAttempts: ev.MaxAttempts, DelayMs: ev.DelayMs, Reason: ev.Reason})
@@ -241,18 +255,22 @@ func (t *turn) append(ctx context.Context, recs ...clog.Record) error {
 		}
 	}
 	// Not ctx: what the agent did must be recorded even as we are aborted.
-	_, err := t.p.cfg.Log.Write(context.WithoutCancel(ctx), clog.Write{Key: t.key, Records: recs, TurnID: t.id})
+	_, err := t.p.cfg.Log.Write(context.WithoutCancel(ctx), clog.Write{Key: t.key, Records: recs, TurnID: t.id, Incarnation: t.inc})
 	return err
 }
 
 // settle appends the rest of the message and one settlement per submission
 // in one write: the records and the statuses agree whatever happens next.
 func (t *turn) settle(ctx context.Context, res outcome) error {
+	if res.reset {
+		t.p.logger.Info("worker: the stream was reset under a running turn; it stopped", "session", t.key.String(), "turn", t.id)
+		return nil
+	}
 	recs := t.assistantRecord(res.data)
 	for i := range recs {
 		recs[i].Entry.SubmissionID, recs[i].Entry.TurnID = t.primary(), t.id
 	}
-	w := clog.Write{Key: t.key, Records: recs, TurnID: t.id}
+	w := clog.Write{Key: t.key, Records: recs, TurnID: t.id, Incarnation: t.inc}
 	for _, s := range t.subs {
 		st := clog.Settlement{SubmissionID: s.ID, Outcome: res.outcome, Error: res.failure}
 		if s.ID != t.primary() {
@@ -261,6 +279,9 @@ func (t *turn) settle(ctx context.Context, res outcome) error {
 		w.Settle = append(w.Settle, st)
 	}
 	if _, err := t.p.cfg.Log.Write(context.WithoutCancel(ctx), w); err != nil {
+		if errors.Is(err, clog.ErrIncarnationChanged) {
+			return nil // reset at the last moment: the reset settled them
+		}
 		return fmt.Errorf("settle turn %s: %w", t.id, err)
 	}
 	return nil
