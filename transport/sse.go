@@ -1,10 +1,12 @@
 package transport
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"io"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/convlog/convlog/log"
@@ -18,23 +20,36 @@ const (
 	FrameError        = "error"
 )
 
-// sseWriter writes Server-Sent Events to a response. Frames go straight to
-// the ResponseWriter (net/http buffers them) and reach the client at flush.
-// The first write error sticks: every later call is a no-op returning it,
-// so a handler checks once per page instead of once per line.
+// sseWriter writes Server-Sent Events to a response. Frames collect in a
+// large buffer borrowed from a pool for the duration of one flush, so that a
+// page of records leaves in a few big writes, while an idle connection holds
+// no buffer of its own. The first write error sticks: every later call is a
+// no-op returning it, so a handler checks once per page instead of once per
+// line.
 type sseWriter struct {
 	w       io.Writer
 	rc      *http.ResponseController
+	buf     *bufio.Writer // borrowed between the first write and the flush
 	scratch []byte
 	err     error
-	timeout time.Duration // per write; 0 for none
+	timeout time.Duration // per flush; 0 for none
 }
 
+// sseBufferSize trades syscalls for memory held only while writing.
+const sseBufferSize = 64 << 10
+
+var sseBuffers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, sseBufferSize) }}
+
 func (w *sseWriter) write(b []byte) {
-	w.deadline()
-	if w.err == nil {
-		_, w.err = w.w.Write(b)
+	if w.err != nil {
+		return
 	}
+	if w.buf == nil {
+		w.deadline()
+		w.buf = sseBuffers.Get().(*bufio.Writer)
+		w.buf.Reset(w.w)
+	}
+	_, w.err = w.buf.Write(b)
 }
 
 // comment writes ": text", which clients ignore: a keepalive that also
@@ -86,7 +101,10 @@ func (w *sseWriter) conversation(inc log.Incarnation, b log.Batch, next log.Offs
 	h = appendString(h, string(next))
 	h = append(h, `,"records":`...)
 	w.scratch = h[:0]
-	if bytes.ContainsAny(b.Records, "\r\n") {
+	// Stored records are compact JSON without line breaks (the log's
+	// encoder escapes them); two memchr scans keep that an invariant
+	// checked here rather than trusted.
+	if bytes.IndexByte(b.Records, '\n') >= 0 || bytes.IndexByte(b.Records, '\r') >= 0 {
 		// A fresh buffer: event builds its lines in scratch.
 		data := append(appendRecords(bytes.Clone(h), b.Records), '}')
 		w.event(string(next), data)
@@ -127,9 +145,28 @@ func (w *sseWriter) errorFrame(e *APIError) {
 	w.event("", data)
 }
 
-// flush sends what was written to the client. Each flush has its own
-// deadline: a peer that takes nothing for that long is dead or stalled.
+// release returns a borrowed buffer unflushed: for a stream that ends on
+// an error, whose pending bytes have nowhere to go.
+func (w *sseWriter) release() {
+	if w.buf != nil {
+		w.buf.Reset(nil)
+		sseBuffers.Put(w.buf)
+		w.buf = nil
+	}
+}
+
+// flush sends what was written to the client and returns the buffer. What
+// is written between two flushes has one deadline: a peer that takes
+// nothing for that long is dead or stalled.
 func (w *sseWriter) flush() error {
+	if w.buf != nil {
+		if w.err == nil {
+			w.err = w.buf.Flush()
+		}
+		w.buf.Reset(nil)
+		sseBuffers.Put(w.buf)
+		w.buf = nil
+	}
 	if w.err == nil {
 		w.err = w.rc.Flush()
 	}

@@ -16,7 +16,7 @@ const streamPageLimit = log.DefaultReadLimit
 
 // deltaBuffer is how many presentation frames wait for a slow reader before
 // the newest are dropped.
-const deltaBuffer = 256
+const deltaBuffer = 64
 
 // stream is GET /agents/:name/:instanceId/stream: Server-Sent Events that
 // replay the stream from an offset (the Last-Event-ID header, else the
@@ -88,6 +88,7 @@ func (s *Server) stream(c echo.Context) error {
 	h.Set("X-Accel-Buffering", "no")
 	res.WriteHeader(http.StatusOK)
 	w := &sseWriter{w: res, rc: rc, timeout: s.opts.WriteTimeout}
+	defer w.release()
 	// The client sees the stream open before the first record exists.
 	w.comment("connected")
 	if w.flush() != nil {

@@ -61,6 +61,8 @@ type Pool struct {
 	mu       sync.Mutex
 	sessions map[clog.Key]*session // sessions with a runner goroutine
 	running  map[string]*turnState // submission id -> its running turn
+	started  bool                  // leases open, recovery done: turns may run
+	early    map[clog.Key]bool     // doorbells rung before started
 	stopping bool
 	runners  sync.WaitGroup
 
@@ -144,6 +146,13 @@ func (p *Pool) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	p.mu.Lock()
+	p.started = true
+	for k := range p.early {
+		admitted = append(admitted, k)
+	}
+	p.early = nil
+	p.mu.Unlock()
 	cc, err := cons.Consume(p.handle, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		p.logger.Debug("worker: consume", "err", err)
 	}))
@@ -214,11 +223,25 @@ func (p *Pool) handle(msg jetstream.Msg) {
 	}
 }
 
+// Notify rings the doorbell of a session in this pool directly: the node
+// that admitted a submission need not wait for JetStream's round trip to
+// start its turn. JetStream still carries the doorbell to every worker and
+// across restarts; a repeat finds nothing to do, and the lease keeps
+// workers from running one session twice.
+func (p *Pool) Notify(key clog.Key) { p.dispatch(key) }
+
 // dispatch makes sure key's runner goroutine is running.
 func (p *Pool) dispatch(key clog.Key) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.stopping {
+		return
+	}
+	if !p.started {
+		if p.early == nil {
+			p.early = map[clog.Key]bool{}
+		}
+		p.early[key] = true
 		return
 	}
 	if s := p.sessions[key]; s != nil {
