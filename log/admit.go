@@ -53,9 +53,9 @@ func (db *DB) Admit(ctx context.Context, a Admission) (sub Submission, replayed 
 	} else if len(a.SubmissionID) > MaxIDLength || !printable(a.SubmissionID) {
 		return Submission{}, false, fmt.Errorf("admit %s: %w: submission id", a.Key, ErrInvalidRecord)
 	}
-	op := &write{prepare: func(tx *bolt.Tx, now time.Time) (func() error, []byte, error) {
+	op := &write{prepare: func(tx *bolt.Tx, now time.Time, notes *commitNotes) (func() error, []byte, error) {
 		sub, replayed = Submission{}, false
-		return prepareAdmit(tx, a, now, db.opts.IdempotencyTTL, &sub, &replayed)
+		return prepareAdmit(tx, a, now, notes, db.opts.IdempotencyTTL, &sub, &replayed)
 	}}
 	if err := db.submit(ctx, op); err != nil {
 		return Submission{}, false, fmt.Errorf("admit %s: %w", a.Key, err)
@@ -67,7 +67,7 @@ func idemKey(k Key, key string) []byte {
 	return []byte(k.Agent + "\x00" + k.Instance + "\x00" + key)
 }
 
-func prepareAdmit(tx *bolt.Tx, a Admission, now time.Time, ttl time.Duration, sub *Submission, replayed *bool) (func() error, []byte, error) {
+func prepareAdmit(tx *bolt.Tx, a Admission, now time.Time, notes *commitNotes, ttl time.Duration, sub *Submission, replayed *bool) (func() error, []byte, error) {
 	var ik []byte
 	if a.IdempotencyKey != "" {
 		ik = idemKey(a.Key, a.IdempotencyKey)
@@ -123,7 +123,7 @@ func prepareAdmit(tx *bolt.Tx, a Admission, now time.Time, ttl time.Duration, su
 		s.EntryID = first.Entry.ID
 	}
 	mutate := func() error {
-		if err := plan.store(tx); err != nil {
+		if err := plan.store(tx, notes); err != nil {
 			return err
 		}
 		seq, err := tx.Bucket(bucketSubmissions).NextSequence()

@@ -18,7 +18,8 @@ type Batch struct {
 	// Count is the number of records.
 	Count int `json:"-"`
 	// Records is the JSON array of the records, exactly as stored; serving
-	// it needs no decoding. Decode gives the typed records.
+	// it needs no decoding. Decode gives the typed records. It may be
+	// shared with other readers: never modify it.
 	Records RawRecords `json:"records"`
 }
 
@@ -161,8 +162,9 @@ func planAppend(tx *bolt.Tx, key Key, meta streamMeta, records []Record, now tim
 	return p, nil
 }
 
-// store writes the planned batch, its entry index and the stream's meta.
-func (p *batchPlan) store(tx *bolt.Tx) error {
+// store writes the planned batch, its entry index and the stream's meta,
+// and notes the batch for the tail cache.
+func (p *batchPlan) store(tx *bolt.Tx, notes *commitNotes) error {
 	if err := p.meta.store(tx, p.key); err != nil {
 		return err
 	}
@@ -172,6 +174,7 @@ func (p *batchPlan) store(tx *bolt.Tx) error {
 	if err := batches.Put(pairKey(p.meta.id, p.pos), p.value); err != nil {
 		return err
 	}
+	notes.batch(p)
 	entries := tx.Bucket(bucketEntries)
 	pos := u64(p.pos)
 	for _, r := range p.records {

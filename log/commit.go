@@ -19,7 +19,7 @@ import (
 // fail only for storage reasons; such a failure aborts the whole commit, and
 // the committer then retries every write in a transaction of its own.
 type write struct {
-	prepare func(tx *bolt.Tx, now time.Time) (mutate func() error, touched []byte, err error)
+	prepare func(tx *bolt.Tx, now time.Time, notes *commitNotes) (mutate func() error, touched []byte, err error)
 
 	err  error
 	done chan struct{}
@@ -72,11 +72,13 @@ func (db *DB) commitLoop() {
 
 func (db *DB) commit(batch []*write) {
 	touched := make([][]byte, len(batch))
+	notes := &commitNotes{}
 	err := db.bolt.Update(func(tx *bolt.Tx) error {
 		now := db.opts.Now().UTC()
+		*notes = commitNotes{}
 		for i, w := range batch {
 			w.err, touched[i] = nil, nil
-			mutate, t, err := w.prepare(tx, now)
+			mutate, t, err := w.prepare(tx, now, notes)
 			if err != nil {
 				w.err = err
 				continue
@@ -107,6 +109,10 @@ func (db *DB) commit(batch []*write) {
 	}
 	db.stats.commits.Add(1)
 	db.stats.writes.Add(uint64(len(batch)))
+	if err == nil {
+		// Before the wake-ups: woken readers find the new batches cached.
+		db.tails.apply(notes)
+	}
 	for i, w := range batch {
 		if touched[i] != nil {
 			db.notify.wake(string(touched[i]))

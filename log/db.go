@@ -78,6 +78,7 @@ type DB struct {
 	committed chan struct{} // closed when the committer has exited
 
 	notify notifier
+	tails  tails
 	stats  commitStats
 }
 
@@ -110,6 +111,7 @@ func Open(path string, opts *Options) (*DB, error) {
 		done:      make(chan struct{}),
 		committed: make(chan struct{}),
 		notify:    notifier{slots: map[string]*waitSlot{}},
+		tails:     tails{m: map[string]*tail{}},
 	}
 	go db.commitLoop()
 	return db, nil
@@ -159,6 +161,12 @@ func (db *DB) submit(ctx context.Context, w *write) error {
 	db.mu.RUnlock()
 	<-w.done
 	return w.err
+}
+
+func (db *DB) isClosed() bool {
+	db.mu.RLock()
+	defer db.mu.RUnlock()
+	return db.closed
 }
 
 // view runs fn in a read transaction. fn must not block on anything but

@@ -70,8 +70,19 @@ func (db *DB) Read(ctx context.Context, key Key, offset Offset, limit int) (Read
 		limit = DefaultReadLimit
 	}
 	limit = min(limit, MaxReadLimit)
+	if db.isClosed() {
+		return ReadResult{}, fmt.Errorf("read %s: %w", key, ErrClosed)
+	}
+	if res, ok := db.tails.read(string(key.encode()), pos, limit); ok {
+		return res, nil
+	}
+	return db.readStore(key, offset, pos, limit)
+}
+
+// readStore is Read from bbolt, bypassing the tail cache.
+func (db *DB) readStore(key Key, offset Offset, pos uint64, limit int) (ReadResult, error) {
 	res := ReadResult{Batches: []Batch{}, NextOffset: offset, UpToDate: true}
-	err = db.view(func(tx *bolt.Tx) error {
+	err := db.view(func(tx *bolt.Tx) error {
 		meta, ok, err := loadStream(tx, key)
 		if err != nil {
 			return err
@@ -144,6 +155,9 @@ func (db *DB) Tail(ctx context.Context, key Key) (Incarnation, Offset, error) {
 	}
 	if err := key.Validate(); err != nil {
 		return "", "", fmt.Errorf("tail %s: %w", key, err)
+	}
+	if inc, next, ok := db.tails.tailOf(string(key.encode())); ok && !db.isClosed() {
+		return inc, offsetOf(next), nil
 	}
 	var meta streamMeta
 	var ok bool

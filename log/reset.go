@@ -21,7 +21,7 @@ func (db *DB) Reset(ctx context.Context, key Key) (Incarnation, error) {
 		return "", fmt.Errorf("reset %s: %w", key, err)
 	}
 	var inc Incarnation
-	op := &write{prepare: func(tx *bolt.Tx, now time.Time) (func() error, []byte, error) {
+	op := &write{prepare: func(tx *bolt.Tx, now time.Time, notes *commitNotes) (func() error, []byte, error) {
 		meta, ok, err := loadStream(tx, key)
 		if err != nil {
 			return nil, nil, err
@@ -44,12 +44,13 @@ func (db *DB) Reset(ctx context.Context, key Key) (Incarnation, error) {
 			if err := meta.store(tx, key); err != nil {
 				return err
 			}
+			notes.reset(key, meta)
 			if len(settled) > 0 {
 				plan, err := planAppend(tx, key, meta, settled, now)
 				if err != nil {
 					return err
 				}
-				if err := plan.store(tx); err != nil {
+				if err := plan.store(tx, notes); err != nil {
 					return err
 				}
 			}

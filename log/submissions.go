@@ -117,7 +117,7 @@ func (db *DB) MarkPublished(ctx context.Context, ids ...string) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	op := &write{prepare: func(tx *bolt.Tx, _ time.Time) (func() error, []byte, error) {
+	op := &write{prepare: func(tx *bolt.Tx, _ time.Time, _ *commitNotes) (func() error, []byte, error) {
 		var seqs []uint64
 		for _, id := range ids {
 			s, err := getSubmission(tx, id)
@@ -146,7 +146,7 @@ func (db *DB) MarkPublished(ctx context.Context, ids ...string) error {
 // reports how many it removed. Call it periodically.
 func (db *DB) ExpireIdempotencyKeys(ctx context.Context, max int) (int, error) {
 	var n int
-	op := &write{prepare: func(tx *bolt.Tx, now time.Time) (func() error, []byte, error) {
+	op := &write{prepare: func(tx *bolt.Tx, now time.Time, notes *commitNotes) (func() error, []byte, error) {
 		n = 0
 		cutoff := uint64(now.Add(-db.opts.IdempotencyTTL).UnixNano())
 		var expired [][]byte

@@ -53,7 +53,13 @@ func (n *notifier) wake(k string) {
 // Subscribe first, then read: a commit in between still closes the channel.
 // Call release when done with it, whether or not it fired.
 func (db *DB) Changed(key Key) (ch <-chan struct{}, release func()) {
-	return db.notify.subscribe(string(key.encode()))
+	k := string(key.encode())
+	db.tails.subscribe(k)
+	ch, unsubscribe := db.notify.subscribe(k)
+	return ch, func() {
+		unsubscribe()
+		db.tails.unsubscribe(k)
+	}
 }
 
 // Done is closed when the log closes.
@@ -68,7 +74,7 @@ func (db *DB) Wait(ctx context.Context, key Key, offset Offset, inc Incarnation)
 	if err := key.Validate(); err != nil {
 		return err
 	}
-	ch, release := db.notify.subscribe(string(key.encode()))
+	ch, release := db.Changed(key)
 	defer release()
 	// Subscribed first, checked second: a commit in between still wakes us.
 	cur, tail, err := db.Tail(ctx, key)

@@ -53,9 +53,9 @@ func (db *DB) Write(ctx context.Context, w Write) (Appended, error) {
 		return Appended{}, fmt.Errorf("write %s: %w: nothing to write", w.Key, ErrInvalidRecord)
 	}
 	var res Appended
-	op := &write{prepare: func(tx *bolt.Tx, now time.Time) (func() error, []byte, error) {
+	op := &write{prepare: func(tx *bolt.Tx, now time.Time, notes *commitNotes) (func() error, []byte, error) {
 		res = Appended{}
-		return prepareWrite(tx, w, now, &res)
+		return prepareWrite(tx, w, now, notes, &res)
 	}}
 	if err := db.submit(ctx, op); err != nil {
 		return Appended{}, fmt.Errorf("write %s: %w", w.Key, err)
@@ -63,7 +63,7 @@ func (db *DB) Write(ctx context.Context, w Write) (Appended, error) {
 	return res, nil
 }
 
-func prepareWrite(tx *bolt.Tx, w Write, now time.Time, res *Appended) (func() error, []byte, error) {
+func prepareWrite(tx *bolt.Tx, w Write, now time.Time, notes *commitNotes, res *Appended) (func() error, []byte, error) {
 	meta, exists, err := loadStream(tx, w.Key)
 	if err != nil {
 		return nil, nil, err
@@ -142,7 +142,7 @@ func prepareWrite(tx *bolt.Tx, w Write, now time.Time, res *Appended) (func() er
 	}
 	mutate := func() error {
 		if plan != nil {
-			if err := plan.store(tx); err != nil {
+			if err := plan.store(tx, notes); err != nil {
 				return err
 			}
 			meta = plan.meta
