@@ -41,6 +41,17 @@ bench-log:
 bench: build
 	./$(BIN) bench
 
+# kill -9 the real service under load, over and over, then verify nothing
+# was lost, repeated or left unsettled (docs/operations.md). The short run
+# is also part of `make test` (TestTorture*).
+torture: build
+	./$(BIN) torture -cycles 3 -clients 8 -sessions 4 -kill-every 2s
+	./$(BIN) torture -cycles 3 -clients 8 -sessions 4 -kill-every 2s -nats-restart
+
+torture-long: build
+	./$(BIN) torture -cycles 20 -clients 32
+	./$(BIN) torture -cycles 20 -clients 32 -nats-restart
+
 vet:
 	$(GO) vet $(PKGS)
 

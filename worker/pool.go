@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -62,6 +63,7 @@ type Pool struct {
 	sessions map[clog.Key]*session // sessions with a runner goroutine
 	running  map[string]*turnState // submission id -> its running turn
 	started  bool                  // leases open, recovery done: turns may run
+	startErr error                 // why not started yet
 	early    map[clog.Key]bool     // doorbells rung before started
 	stopping bool
 	runners  sync.WaitGroup
@@ -135,19 +137,29 @@ func (p *Pool) Run(ctx context.Context) (err error) {
 			err = nil // stopped while starting: not a failure
 		}
 	}()
-	cons, err := ensureStream(ctx, p.js, p.cfg.Namespace)
-	if err != nil {
-		return err
-	}
-	if p.leases, err = openLeases(ctx, p.js, p.cfg.Namespace, p.cfg.LeaseTTL); err != nil {
-		return err
-	}
-	admitted, err := p.recover(ctx)
-	if err != nil {
-		return err
+	// The broker may be down: admission does not need it, so the pool
+	// waits for it (readiness says so) instead of failing the service.
+	var cons jetstream.Consumer
+	var admitted []clog.Key
+	backoff := 100 * time.Millisecond
+	for {
+		cons, admitted, err = p.start(ctx)
+		if err == nil {
+			break
+		}
+		p.mu.Lock()
+		p.startErr = err
+		p.mu.Unlock()
+		p.logger.Warn("worker: cannot start consuming yet; retrying", "err", err, "backoff", backoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
 	}
 	p.mu.Lock()
-	p.started = true
+	p.started, p.startErr = true, nil
 	for k := range p.early {
 		admitted = append(admitted, k)
 	}
@@ -176,6 +188,25 @@ loop:
 	cc.Stop()
 	<-cc.Closed()
 	return p.drain()
+}
+
+// start sets up the stream, the consumer and the lease bucket and recovers
+// what a dead process left; it returns the sessions with admitted work.
+func (p *Pool) start(ctx context.Context) (jetstream.Consumer, []clog.Key, error) {
+	cons, err := ensureStream(ctx, p.js, p.cfg.Namespace)
+	if err != nil {
+		return nil, nil, err
+	}
+	if p.leases == nil {
+		if p.leases, err = openLeases(ctx, p.js, p.cfg.Namespace, p.cfg.LeaseTTL); err != nil {
+			return nil, nil, err
+		}
+	}
+	admitted, err := p.recover(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cons, admitted, nil
 }
 
 // drain stops new turns and waits for running ones, interrupting them
@@ -342,35 +373,58 @@ func (p *Pool) settleOrphans(ctx context.Context, subs []clog.Submission) error 
 		}
 	}
 	p.mu.Unlock()
+	// Sessions in parallel, so that their writes share group commits.
+	var wg sync.WaitGroup
+	errs := make(chan error, len(running))
+	sem := make(chan struct{}, 64)
 	for key, ids := range running {
-		lk := p.stripe(key)
-		lk.Lock()
-		ls, err := p.leases.acquire(ctx, key)
-		if errors.Is(err, ErrLeaseHeld) {
-			lk.Unlock()
-			continue
-		}
-		if err != nil {
-			lk.Unlock()
-			return fmt.Errorf("recover %s: %w", key, err)
-		}
-		w := clog.Write{Key: key}
-		for _, id := range ids {
-			f := interruptedFailure
-			w.Settle = append(w.Settle, clog.Settlement{SubmissionID: id, Outcome: clog.OutcomeFailed, Error: &f})
-		}
-		_, err = p.cfg.Log.Write(ctx, w)
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := p.settleOrphansOf(ctx, key, ids); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// settleOrphansOf settles one session's orphans under its lease, in writes
+// small enough for one batch.
+func (p *Pool) settleOrphansOf(ctx context.Context, key clog.Key, ids []string) error {
+	lk := p.stripe(key)
+	lk.Lock()
+	defer lk.Unlock()
+	ls, err := p.leases.acquire(ctx, key)
+	if errors.Is(err, ErrLeaseHeld) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("recover %s: %w", key, err)
+	}
+	defer func() {
 		if rerr := ls.release(context.WithoutCancel(ctx)); rerr != nil {
 			p.logger.Warn("worker: release lease (it will lapse)", "session", key.String(), "err", rerr)
 		}
-		lk.Unlock()
+	}()
+	for chunk := range slices.Chunk(ids, maxTurnSubmissions) {
+		w := clog.Write{Key: key}
+		for _, id := range chunk {
+			f := interruptedFailure
+			w.Settle = append(w.Settle, clog.Settlement{SubmissionID: id, Outcome: clog.OutcomeFailed, Error: &f})
+		}
+		_, err := p.cfg.Log.Write(ctx, w)
 		switch {
 		case errors.Is(err, clog.ErrSubmissionSettled), errors.Is(err, clog.ErrSubmissionState):
 			// Settled meanwhile by its holder: nothing to do.
 		case err != nil:
 			return fmt.Errorf("recover %s: %w", key, err)
 		default:
-			p.logger.Warn("worker: settled interrupted submissions", "session", key.String(), "count", len(ids))
+			p.logger.Warn("worker: settled interrupted submissions", "session", key.String(), "count", len(chunk))
 		}
 	}
 	return nil
@@ -425,6 +479,14 @@ func (p *Pool) Abort(ctx context.Context, id string) (clog.Submission, error) {
 func (p *Pool) Ready() error {
 	if st := p.cfg.NATS.Status(); st != nats.CONNECTED {
 		return fmt.Errorf("nats %s", st)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.started {
+		if p.startErr != nil {
+			return fmt.Errorf("workers not started: %w", p.startErr)
+		}
+		return errors.New("workers starting")
 	}
 	return nil
 }

@@ -12,6 +12,12 @@ import (
 	clog "github.com/convlog/convlog/log"
 )
 
+// maxTurnSubmissions bounds how many queued submissions one turn answers:
+// its settlement batch (one entry each, plus its message) must fit in one
+// log batch, and a prompt of thousands of messages helps no agent. The
+// rest wait for the next turn.
+const maxTurnSubmissions = 256
+
 // nextTurn starts a turn for every admitted submission of the session, runs
 // it and settles it. ran is false when there was nothing to run.
 func (p *Pool) nextTurn(key clog.Key) (ran bool, err error) {
@@ -24,7 +30,7 @@ func (p *Pool) nextTurn(key clog.Key) (ran bool, err error) {
 	}
 	var subs []clog.Submission
 	for _, s := range pending {
-		if s.Status == clog.StatusAdmitted {
+		if s.Status == clog.StatusAdmitted && len(subs) < maxTurnSubmissions {
 			subs = append(subs, s)
 		}
 	}
