@@ -39,47 +39,101 @@ func (a agents) Agent(name string) (string, bool) {
 }
 
 // hub is the test's DeltaSource: tests publish frames to a key and every
-// subscriber of the key gets them.
+// cursor on the key sees them. It keeps the last hubWindow frames per key,
+// as a real source keeps a window.
 type hub struct {
-	mu   sync.Mutex
-	subs map[log.Key]map[int]func([]byte)
-	next int
-	fail error // SubscribeDeltas fails with it when set
+	mu      sync.Mutex
+	streams map[log.Key]*hubStream
+	fail    error // FollowDeltas fails with it when set
 }
 
-func newHub() *hub { return &hub{subs: map[log.Key]map[int]func([]byte){}} }
+const hubWindow = 16
 
-func (h *hub) SubscribeDeltas(key log.Key, fn func([]byte)) (func(), error) {
+type hubStream struct {
+	frames  [][]byte // the last hubWindow frames
+	total   int      // frames ever published
+	ready   chan struct{}
+	cursors int
+}
+
+func newHub() *hub { return &hub{streams: map[log.Key]*hubStream{}} }
+
+func (h *hub) FollowDeltas(key log.Key) (transport.DeltaCursor, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.fail != nil {
 		return nil, h.fail
 	}
-	if h.subs[key] == nil {
-		h.subs[key] = map[int]func([]byte){}
+	st := h.streams[key]
+	if st == nil {
+		st = &hubStream{ready: make(chan struct{})}
+		h.streams[key] = st
 	}
-	h.next++
-	id := h.next
-	h.subs[key][id] = fn
-	return func() {
-		h.mu.Lock()
-		delete(h.subs[key], id)
-		h.mu.Unlock()
-	}, nil
+	st.cursors++
+	return &hubCursor{h: h, st: st, seen: st.total}, nil
+}
+
+type hubCursor struct {
+	h      *hub
+	st     *hubStream
+	seen   int
+	closed bool
+}
+
+func (c *hubCursor) Ready() <-chan struct{} {
+	c.h.mu.Lock()
+	defer c.h.mu.Unlock()
+	if c.st.total > c.seen {
+		done := make(chan struct{})
+		close(done)
+		return done
+	}
+	return c.st.ready
+}
+
+func (c *hubCursor) Next(dst [][]byte) [][]byte {
+	c.h.mu.Lock()
+	defer c.h.mu.Unlock()
+	first := c.st.total - len(c.st.frames) // the total of the oldest kept
+	from := max(c.seen, first)
+	dst = append(dst, c.st.frames[from-first:]...)
+	c.seen = c.st.total
+	return dst
+}
+
+func (c *hubCursor) Close() {
+	c.h.mu.Lock()
+	defer c.h.mu.Unlock()
+	if !c.closed {
+		c.closed = true
+		c.st.cursors--
+	}
 }
 
 func (h *hub) publish(key log.Key, frame string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for _, fn := range h.subs[key] {
-		fn([]byte(frame))
+	st := h.streams[key]
+	if st == nil {
+		st = &hubStream{ready: make(chan struct{})}
+		h.streams[key] = st
 	}
+	st.frames = append(st.frames, []byte(frame))
+	if len(st.frames) > hubWindow {
+		st.frames = st.frames[1:]
+	}
+	st.total++
+	close(st.ready)
+	st.ready = make(chan struct{})
 }
 
 func (h *hub) subscribers(key log.Key) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return len(h.subs[key])
+	if st := h.streams[key]; st != nil {
+		return st.cursors
+	}
+	return 0
 }
 
 // env is one server over a real log on loopback.

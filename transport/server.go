@@ -51,13 +51,26 @@ type AgentDirectory interface {
 }
 
 // DeltaSource supplies the presentation frames of running turns: token
-// deltas and the like, which are not durable and not resumable.
+// deltas and the like, which are not durable and not resumable. Readers
+// pull them through a cursor, so that one frame costs the source O(1)
+// however many readers follow the conversation, and a busy reader takes
+// all that accumulated in one write.
 type DeltaSource interface {
-	// SubscribeDeltas calls fn with each presentation frame (a complete
-	// JSON object, ready to send as SSE data) of turns on key, until cancel
-	// is called. fn does not block: it drops the frame when the reader is
-	// slow. fn may still be called, harmlessly, while cancel runs.
-	SubscribeDeltas(key log.Key, fn func(frame []byte)) (cancel func(), err error)
+	// FollowDeltas follows key's frames from now on.
+	FollowDeltas(key log.Key) (DeltaCursor, error)
+}
+
+// DeltaCursor is one reader's position in a conversation's frames.
+type DeltaCursor interface {
+	// Ready is closed when frames past the cursor exist.
+	Ready() <-chan struct{}
+	// Next appends the frames past the cursor to dst, moves the cursor
+	// past them and returns dst. Frames the source no longer holds (the
+	// reader fell too far behind) are skipped: they are presentation-only.
+	// The frames must not be modified.
+	Next(dst [][]byte) [][]byte
+	// Close releases the cursor.
+	Close()
 }
 
 // Options configures the HTTP server.

@@ -14,9 +14,6 @@ import (
 // once.
 const streamPageLimit = log.DefaultReadLimit
 
-// deltaBuffer is how many presentation frames wait for a slow reader before
-// the newest are dropped.
-const deltaBuffer = 64
 
 // stream is GET /agents/:name/:instanceId/stream: Server-Sent Events that
 // replay the stream from an offset (the Last-Event-ID header, else the
@@ -55,24 +52,18 @@ func (s *Server) stream(c echo.Context) error {
 	}
 
 	// Deltas first, so that none of a turn that is running while we catch
-	// up is missed for want of a subscription (they may be dropped for want
-	// of room, which is their contract).
-	var deltas chan []byte
+	// up is missed for want of a cursor (they may be skipped for want of
+	// room, which is their contract).
+	var deltas DeltaCursor
 	if s.opts.Deltas != nil {
-		ch := make(chan []byte, deltaBuffer)
-		cancel, err := s.opts.Deltas.SubscribeDeltas(key, func(frame []byte) {
-			select {
-			case ch <- frame:
-			default: // a slow reader loses presentation frames, nothing else
-			}
-		})
+		cur, err := s.opts.Deltas.FollowDeltas(key)
 		if err != nil {
 			// Deltas only add interactivity: serve the durable stream
 			// without them rather than fail it.
-			s.log.WarnContext(ctx, "subscribing to deltas", "key", key.String(), "err", err)
+			s.log.WarnContext(ctx, "following deltas", "key", key.String(), "err", err)
 		} else {
-			defer cancel()
-			deltas = ch
+			defer cur.Close()
+			deltas = cur
 		}
 	}
 
@@ -165,18 +156,24 @@ func (s *Server) stream(c echo.Context) error {
 // forwards deltas and heartbeats. It returns false when the stream must
 // end: the client left, a write failed, the log closed or the server is
 // shutting down.
-func (s *Server) waitTail(c echo.Context, w *sseWriter, changed <-chan struct{}, deltas chan []byte, heartbeat <-chan time.Time) bool {
+func (s *Server) waitTail(c echo.Context, w *sseWriter, changed <-chan struct{}, deltas DeltaCursor, heartbeat <-chan time.Time) bool {
 	ctx := c.Request().Context()
+	var frames [][]byte
 	for {
+		var ready <-chan struct{} // nil without a DeltaSource: never ready
+		if deltas != nil {
+			ready = deltas.Ready()
+		}
 		select {
 		case <-changed:
 			return true
-		case frame := <-deltas: // nil channel without a DeltaSource: never ready
-			w.event("", frame)
-			// Send what else is already queued in the same flush.
-			for n := len(deltas); n > 0; n-- {
-				w.event("", <-deltas)
+		case <-ready:
+			// Everything that accumulated, in one flush.
+			frames = deltas.Next(frames[:0])
+			for _, f := range frames {
+				w.event("", f)
 			}
+			clear(frames)
 			if w.flush() != nil {
 				return false
 			}

@@ -42,18 +42,32 @@ type Frame struct {
 	Reason      string `json:"reason,omitempty"`
 }
 
+// deltaWindow is how many recent frames a conversation keeps for readers
+// that are busy writing: one further behind skips the oldest.
+const deltaWindow = 256
+
 // DeltaBus carries presentation frames over NATS core subjects, so that a
 // reader on any node sees the deltas of a turn running on any node. Each
-// process holds one wildcard subscription and fans frames out to its local
-// readers, so readers cost a map entry, not a subscription each.
+// process holds one wildcard subscription. A frame for a conversation that
+// local readers follow goes into that conversation's window of recent
+// frames, and one channel close wakes every reader waiting on it: a frame
+// costs O(1) whatever the number of readers, and a reader busy writing
+// takes everything that accumulated in one write when it comes back.
 type DeltaBus struct {
 	ns  Namespace
 	nc  *nats.Conn
 	sub *nats.Subscription
 
-	mu      sync.RWMutex
-	readers map[string]map[uint64]func([]byte)
-	nextID  uint64
+	mu      sync.Mutex
+	streams map[string]*deltaStream // subject -> followed conversation
+}
+
+type deltaStream struct {
+	mu     sync.Mutex
+	frames [deltaWindow][]byte // ring: frame n is at n % deltaWindow
+	next   uint64              // number of frames received
+	ready  chan struct{}       // closed by the next frame
+	refs   int                 // cursors; guarded by DeltaBus.mu
 }
 
 // NewDeltaBus subscribes to every conversation's deltas in namespace ns
@@ -64,13 +78,13 @@ func NewDeltaBus(nc *nats.Conn, ns Namespace) (*DeltaBus, error) {
 			return nil, err
 		}
 	}
-	b := &DeltaBus{ns: ns, nc: nc, readers: map[string]map[uint64]func([]byte){}}
+	b := &DeltaBus{ns: ns, nc: nc, streams: map[string]*deltaStream{}}
 	sub, err := nc.Subscribe(ns.deltaWildcard(), b.deliver)
 	if err != nil {
 		return nil, fmt.Errorf("subscribe deltas: %w", err)
 	}
-	// Deltas are presentation-only: a slow local fan-out drops rather than
-	// buffering without bound.
+	// Deltas are presentation-only: if this process cannot keep up, NATS
+	// drops rather than buffering without bound.
 	if err := sub.SetPendingLimits(65536, 64<<20); err != nil {
 		_ = sub.Unsubscribe()
 		return nil, fmt.Errorf("subscribe deltas: %w", err)
@@ -80,11 +94,18 @@ func NewDeltaBus(nc *nats.Conn, ns Namespace) (*DeltaBus, error) {
 }
 
 func (b *DeltaBus) deliver(m *nats.Msg) {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	for _, fn := range b.readers[m.Subject] {
-		fn(m.Data)
+	b.mu.Lock()
+	s := b.streams[m.Subject]
+	b.mu.Unlock()
+	if s == nil {
+		return // nobody here follows it
 	}
+	s.mu.Lock()
+	s.frames[s.next%deltaWindow] = m.Data
+	s.next++
+	close(s.ready)
+	s.ready = make(chan struct{})
+	s.mu.Unlock()
 }
 
 // Publish sends a frame to the readers of key, wherever they are.
@@ -96,29 +117,74 @@ func (b *DeltaBus) Publish(key clog.Key, f Frame) error {
 	return b.nc.Publish(b.ns.deltaSubject(key), data)
 }
 
-// SubscribeDeltas calls fn with each frame for key until cancel. fn runs on
-// the bus's delivery goroutine and must not block.
-func (b *DeltaBus) SubscribeDeltas(key clog.Key, fn func(frame []byte)) (cancel func(), err error) {
+// FollowDeltas returns a cursor over key's frames from now on. It
+// satisfies transport's DeltaSource.
+func (b *DeltaBus) FollowDeltas(key clog.Key) (*DeltaCursor, error) {
 	subj := b.ns.deltaSubject(key)
 	b.mu.Lock()
-	b.nextID++
-	id := b.nextID
-	if b.readers[subj] == nil {
-		b.readers[subj] = map[uint64]func([]byte){}
+	s := b.streams[subj]
+	if s == nil {
+		s = &deltaStream{ready: make(chan struct{})}
+		b.streams[subj] = s
 	}
-	b.readers[subj][id] = fn
+	s.refs++
 	b.mu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			b.mu.Lock()
-			delete(b.readers[subj], id)
-			if len(b.readers[subj]) == 0 {
-				delete(b.readers, subj)
-			}
-			b.mu.Unlock()
-		})
-	}, nil
+	s.mu.Lock()
+	seen := s.next
+	s.mu.Unlock()
+	return &DeltaCursor{bus: b, subj: subj, s: s, seen: seen}, nil
+}
+
+// DeltaCursor is one reader's position in a conversation's frames.
+type DeltaCursor struct {
+	bus    *DeltaBus
+	subj   string
+	s      *deltaStream
+	seen   uint64
+	closed bool
+}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// Ready is closed when frames past the cursor exist.
+func (c *DeltaCursor) Ready() <-chan struct{} {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	if c.s.next > c.seen {
+		return closedChan
+	}
+	return c.s.ready
+}
+
+// Next appends the frames past the cursor to dst; frames older than the
+// window are skipped.
+func (c *DeltaCursor) Next(dst [][]byte) [][]byte {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	from := c.seen
+	if c.s.next-from > deltaWindow {
+		from = c.s.next - deltaWindow
+	}
+	for n := from; n < c.s.next; n++ {
+		dst = append(dst, c.s.frames[n%deltaWindow])
+	}
+	c.seen = c.s.next
+	return dst
+}
+
+// Close releases the cursor; the conversation's window goes with its last
+// cursor.
+func (c *DeltaCursor) Close() {
+	if c.closed {
+		return
+	}
+	c.closed = true
+	b := c.bus
+	b.mu.Lock()
+	if c.s.refs--; c.s.refs == 0 && b.streams[c.subj] == c.s {
+		delete(b.streams, c.subj)
+	}
+	b.mu.Unlock()
 }
 
 // Close unsubscribes.

@@ -217,29 +217,35 @@ func TestToolCallsRecordedAsTheyComplete(t *testing.T) {
 	}
 }
 
-func TestDeltasReachSubscribers(t *testing.T) {
+func TestDeltasReachFollowers(t *testing.T) {
 	r := startRig(t, nil)
 	key := clog.Key{Agent: "echo", Instance: "i.with.dots", Session: "s"}
-	frames := make(chan []byte, 100)
-	cancel, err := r.bus.SubscribeDeltas(key, func(f []byte) { frames <- append([]byte(nil), f...) })
+	cur, err := r.bus.FollowDeltas(key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cancel()
+	defer cur.Close()
+	other, _ := r.bus.FollowDeltas(clog.Key{Agent: "echo", Instance: "i", Session: "elsewhere"})
+	defer other.Close()
 	sub := r.admit(t, key, "a b c")
 	r.settled(t, sub.ID)
 	var text strings.Builder
 	for text.String() != "a b c" {
 		select {
-		case f := <-frames:
-			var fr worker.Frame
-			if err := json.Unmarshal(f, &fr); err != nil || fr.Type != worker.FrameDelta || fr.SubmissionID != sub.ID {
-				t.Fatalf("frame %s %v", f, err)
+		case <-cur.Ready():
+			for _, f := range cur.Next(nil) {
+				var fr worker.Frame
+				if err := json.Unmarshal(f, &fr); err != nil || fr.Type != worker.FrameDelta || fr.SubmissionID != sub.ID {
+					t.Fatalf("frame %s %v", f, err)
+				}
+				text.WriteString(fr.Delta)
 			}
-			text.WriteString(fr.Delta)
 		case <-time.After(10 * time.Second):
 			t.Fatalf("deltas so far %q", text.String())
 		}
+	}
+	if got := other.Next(nil); len(got) != 0 {
+		t.Fatalf("another conversation's follower got %q", got)
 	}
 }
 

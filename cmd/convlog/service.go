@@ -117,7 +117,7 @@ func Start(cfg Config) (_ *Service, err error) {
 	if s.http, err = transport.New(transport.Options{
 		Log:          s.db,
 		Agents:       agents,
-		Deltas:       s.bus,
+		Deltas:       deltaSource{s.bus},
 		Admitted:     func(clog.Submission) { s.relay.Kick() },
 		Ready:        s.ready,
 		Abort:        s.pool.Abort,
