@@ -289,15 +289,29 @@ func (p *Pool) dispatch(key clog.Key) {
 // admitted submissions; an idle session has no goroutine.
 func (p *Pool) runSession(key clog.Key, s *session) {
 	defer p.runners.Done()
+	var held *lease // kept across consecutive turns
 	for {
-		ran, err := p.nextTurn(key)
+		ran, err := p.nextTurn(key, &held)
 		if err != nil {
 			p.logger.Error("worker: turn", "session", key.String(), "err", err)
+		}
+		if !ran && held != nil {
+			// Released before the last look at the doorbell: a runner
+			// started after this one decides to stop finds it free.
+			if rerr := held.release(context.WithoutCancel(p.turnsCtx)); rerr != nil {
+				p.logger.Warn("worker: release lease (it will lapse)", "session", key.String(), "err", rerr)
+			}
+			held = nil
 		}
 		p.mu.Lock()
 		if p.stopping || err != nil || (!ran && !s.again) {
 			delete(p.sessions, key)
 			p.mu.Unlock()
+			if held != nil {
+				if rerr := held.release(context.WithoutCancel(p.turnsCtx)); rerr != nil {
+					p.logger.Warn("worker: release lease (it will lapse)", "session", key.String(), "err", rerr)
+				}
+			}
 			return
 		}
 		s.again = false

@@ -20,7 +20,7 @@ const maxTurnSubmissions = 256
 
 // nextTurn starts a turn for every admitted submission of the session, runs
 // it and settles it. ran is false when there was nothing to run.
-func (p *Pool) nextTurn(key clog.Key) (ran bool, err error) {
+func (p *Pool) nextTurn(key clog.Key, held **lease) (ran bool, err error) {
 	lk := p.stripe(key)
 	lk.Lock()
 	pending, err := p.cfg.Log.Pending(p.turnsCtx, key)
@@ -39,22 +39,22 @@ func (p *Pool) nextTurn(key clog.Key) (ran bool, err error) {
 		return false, nil
 	}
 	// One turn at a time per session, across every worker on the broker.
-	ls, err := p.leases.acquire(p.turnsCtx, key)
-	if errors.Is(err, ErrLeaseHeld) {
-		// Its holder re-reads the session's pending submissions after its
-		// turn, so ours are not forgotten.
-		lk.Unlock()
-		return false, nil
-	}
-	if err != nil {
-		lk.Unlock()
-		return false, err
-	}
-	defer func() {
-		if err := ls.release(context.WithoutCancel(p.turnsCtx)); err != nil {
-			p.logger.Warn("worker: release lease (it will lapse)", "session", key.String(), "err", err)
+	// The runner keeps the lease across consecutive turns.
+	if *held == nil {
+		ls, err := p.leases.acquire(p.turnsCtx, key)
+		if errors.Is(err, ErrLeaseHeld) {
+			// Its holder re-reads the session's pending submissions after
+			// its turn, so ours are not forgotten.
+			lk.Unlock()
+			return false, nil
 		}
-	}()
+		if err != nil {
+			lk.Unlock()
+			return false, err
+		}
+		*held = ls
+	}
+	ls := *held
 	t := &turn{p: p, key: key, id: "turn_" + ulid.Make().String(), subs: subs}
 	ids := make([]string, len(subs))
 	for i, s := range subs {
@@ -69,10 +69,16 @@ func (p *Pool) nextTurn(key clog.Key) (ran bool, err error) {
 	}
 	t.inc = started.Incarnation
 	ctx, cancel := context.WithCancelCause(p.turnsCtx)
-	go ls.keep(ctx, func(err error) {
-		p.logger.Error("worker: lost the session lease; stopping the turn", "session", key.String(), "err", err)
-		cancel(errLeaseLost)
-	})
+	kept := make(chan struct{})
+	lost := false
+	go func() {
+		defer close(kept)
+		ls.keep(ctx, func(err error) {
+			p.logger.Error("worker: lost the session lease; stopping the turn", "session", key.String(), "err", err)
+			lost = true
+			cancel(errLeaseLost)
+		})
+	}()
 	ts := &turnState{id: t.id, cancel: cancel, done: make(chan struct{})}
 	p.mu.Lock()
 	for _, id := range ids {
@@ -88,6 +94,10 @@ func (p *Pool) nextTurn(key clog.Key) (ran bool, err error) {
 		}
 		p.mu.Unlock()
 		cancel(nil)
+		<-kept // the renewals are done with ls before the next turn uses it
+		if lost {
+			*held = nil
+		}
 		close(ts.done)
 	}()
 	return true, t.run(ctx)
