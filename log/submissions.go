@@ -1,10 +1,12 @@
 package log
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -55,21 +57,13 @@ func (db *DB) Pending(ctx context.Context, key Key) ([]Submission, error) {
 		return nil, err
 	}
 	var out []Submission
-	err := db.view(func(tx *bolt.Tx) error {
+	err := db.view(func(tx *bolt.Tx) (err error) {
 		meta, ok, err := loadStream(tx, key)
 		if err != nil || !ok {
 			return err
 		}
-		prefix := u64(meta.id)
-		c := tx.Bucket(bucketQueue).Cursor()
-		for k, v := c.Seek(prefix); k != nil && binary.BigEndian.Uint64(k) == meta.id; k, v = c.Next() {
-			s, err := getSubmission(tx, string(v))
-			if err != nil {
-				return err
-			}
-			out = append(out, s.Submission)
-		}
-		return nil
+		out, err = submissionsUnder(tx, bucketQueue, u64(meta.id), math.MaxInt)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pending %s: %w", key, err)
@@ -94,19 +88,27 @@ func (db *DB) scanIDs(ctx context.Context, bucket []byte, limit int) ([]Submissi
 		return nil, err
 	}
 	var out []Submission
-	err := db.view(func(tx *bolt.Tx) error {
-		c := tx.Bucket(bucket).Cursor()
-		for k, v := c.First(); k != nil && len(out) < limit; k, v = c.Next() {
-			s, err := getSubmission(tx, string(v))
-			if err != nil {
-				return err
-			}
-			out = append(out, s.Submission)
-		}
-		return nil
+	err := db.view(func(tx *bolt.Tx) (err error) {
+		out, err = submissionsUnder(tx, bucket, nil, limit)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("scan %s: %w", bucket, err)
+	}
+	return out, nil
+}
+
+// submissionsUnder loads up to limit submissions whose ids are the values
+// of bucket's keys starting with prefix, in key order.
+func submissionsUnder(tx *bolt.Tx, bucket, prefix []byte, limit int) ([]Submission, error) {
+	var out []Submission
+	c := tx.Bucket(bucket).Cursor()
+	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix) && len(out) < limit; k, v = c.Next() {
+		s, err := getSubmission(tx, string(v))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s.Submission)
 	}
 	return out, nil
 }
