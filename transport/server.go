@@ -107,6 +107,10 @@ type Options struct {
 	// from an old offset is not live until it first reaches the tail.
 	// Default 100,000.
 	MaxLag int
+	// CoalesceFrom is the number of open SSE streams from which each
+	// stream batches what arrives within a short window (a microsecond
+	// per stream, at most 20 ms) into one write. Default 500.
+	CoalesceFrom int
 	// CORSOrigins are the browser origins allowed to call the API from
 	// another origin ("*" for any). None by default.
 	CORSOrigins []string
@@ -120,6 +124,7 @@ const (
 	DefaultHeartbeat    = 15 * time.Second
 	DefaultWriteTimeout = 30 * time.Second
 	DefaultMaxLag       = 100_000
+	DefaultCoalesceFrom = 500
 )
 
 // Server is the HTTP API. Create it with New.
@@ -129,6 +134,9 @@ type Server struct {
 	log    *slog.Logger
 	echo   *echo.Echo
 	stopAd atomic.Bool // StopAdmitting was called
+	// streams counts open SSE streams: with many, each batches its
+	// writes (coalesce).
+	streams atomic.Int64
 
 	// closing is closed by Shutdown: streams and long polls end at once so
 	// that a graceful stop does not wait for clients that never leave.
@@ -159,6 +167,9 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.MaxLag <= 0 {
 		opts.MaxLag = DefaultMaxLag
+	}
+	if opts.CoalesceFrom <= 0 {
+		opts.CoalesceFrom = DefaultCoalesceFrom
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()

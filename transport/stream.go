@@ -14,7 +14,6 @@ import (
 // once.
 const streamPageLimit = log.DefaultReadLimit
 
-
 // stream is GET /agents/:name/:instanceId/stream: Server-Sent Events that
 // replay the stream from an offset (the Last-Event-ID header, else the
 // offset parameter) and then tail it, interleaving the live presentation
@@ -44,6 +43,8 @@ func (s *Server) stream(c echo.Context) error {
 		return err
 	}
 	ctx := req.Context()
+	s.streams.Add(1)
+	defer s.streams.Add(-1)
 	// An offset this stream never produced is refused before the stream
 	// opens, with a plain 400: an EventSource gives up on a non-200, where
 	// an error frame in a 200 would make it reconnect in a loop.
@@ -159,6 +160,12 @@ func (s *Server) stream(c echo.Context) error {
 func (s *Server) waitTail(c echo.Context, w *sseWriter, changed <-chan struct{}, deltas DeltaCursor, heartbeat <-chan time.Time) bool {
 	ctx := c.Request().Context()
 	var frames [][]byte
+	var linger *time.Timer
+	defer func() {
+		if linger != nil {
+			linger.Stop()
+		}
+	}()
 	for {
 		var ready <-chan struct{} // nil without a DeltaSource: never ready
 		if deltas != nil {
@@ -166,22 +173,13 @@ func (s *Server) waitTail(c echo.Context, w *sseWriter, changed <-chan struct{},
 		}
 		select {
 		case <-changed:
-			return true
 		case <-ready:
-			// Everything that accumulated, in one flush.
-			frames = deltas.Next(frames[:0])
-			for _, f := range frames {
-				w.event("", f)
-			}
-			clear(frames)
-			if w.flush() != nil {
-				return false
-			}
 		case <-heartbeat:
 			w.comment("keepalive")
 			if w.flush() != nil {
 				return false
 			}
+			continue
 		case <-ctx.Done():
 			return false
 		case <-s.db.Done():
@@ -189,8 +187,55 @@ func (s *Server) waitTail(c echo.Context, w *sseWriter, changed <-chan struct{},
 		case <-s.closing:
 			return false
 		}
+		// With many readers, each one waits a moment so that one write
+		// carries what a burst brought (a turn's deltas and records)
+		// instead of one write per event; alone, it writes at once.
+		if d := s.coalesce(); d > 0 {
+			if linger == nil {
+				linger = time.NewTimer(d)
+			} else {
+				linger.Reset(d)
+			}
+			select {
+			case <-linger.C:
+			case <-ctx.Done():
+				return false
+			case <-s.closing:
+				return false
+			}
+		}
+		// Deltas first: they come before the records of the same turn.
+		if deltas != nil {
+			frames = deltas.Next(frames[:0])
+			for _, f := range frames {
+				w.event("", f)
+			}
+			clear(frames)
+		}
+		select {
+		case <-changed:
+			return true // the caller writes the records and flushes all
+		default:
+		}
+		if w.flush() != nil {
+			return false
+		}
 	}
 }
+
+// coalesce is how long a woken stream waits before it writes: nothing
+// below Options.CoalesceFrom concurrent streams, then a microsecond per
+// stream up to coalesceMax. A write per stream per event costs a syscall
+// each; batching them keeps delivery time flat as readers grow.
+func (s *Server) coalesce() time.Duration {
+	n := s.streams.Load()
+	if n < int64(s.opts.CoalesceFrom) {
+		return 0
+	}
+	return min(time.Duration(n)*time.Microsecond, coalesceMax)
+}
+
+const coalesceMax = 20 * time.Millisecond
 
 // stopping reports whether the stream should end between pages.
 func (s *Server) stopping(c echo.Context) bool {

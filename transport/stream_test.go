@@ -621,3 +621,37 @@ func TestStreamReaderTooSlow(t *testing.T) {
 		t.Fatalf("batches seen across the disconnect:\n got %v\nwant %v", seen, want)
 	}
 }
+
+// With coalescing on (as with many readers), a burst of deltas and the
+// records that follow arrive together, whole and in order: deltas first,
+// then the records, and the stream goes on.
+func TestStreamCoalescedBurst(t *testing.T) {
+	e := newEnv(t, func(o *transport.Options) { o.CoalesceFrom = 1 })
+	ctx := testCtx(t)
+	r, err := e.c.Stream(ctx, "echo", "i1", "", log.Start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if f, err := r.Next(); err != nil || f.Comment != "connected" {
+		t.Fatalf("%+v %v", f, err)
+	}
+	for turn := range 3 {
+		for i := range 12 { // within the hub's window
+			e.hub.publish(streamKey, fmt.Sprintf(`{"type":"delta","delta":"%d.%d"}`, turn, i))
+		}
+		a, err := e.db.Append(ctx, streamKey, assistantText(fmt.Sprint("reply ", turn)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 12 { // within the hub's window
+			f := nextData(t, r)
+			if want := fmt.Sprintf(`{"type":"delta","delta":"%d.%d"}`, turn, i); f.Type != "delta" || string(f.Raw) != want {
+				t.Fatalf("turn %d delta %d: %+v, want %s", turn, i, f, want)
+			}
+		}
+		if f := nextData(t, r); f.Type != transport.FrameConversation || f.Offset != a.Offset {
+			t.Fatalf("turn %d: %+v, want the batch at %s", turn, f, a.Offset)
+		}
+	}
+}
