@@ -59,6 +59,8 @@ type Pool struct {
 	turnsCtx    context.Context
 	cancelTurns context.CancelCauseFunc
 
+	stopCh chan struct{} // closed when the pool stops taking work
+
 	mu       sync.Mutex
 	sessions map[clog.Key]*session // sessions with a runner goroutine
 	running  map[string]*turnState // submission id -> its running turn
@@ -75,8 +77,14 @@ type Pool struct {
 }
 
 type session struct {
-	again bool // work arrived while the runner was busy
+	again bool          // work arrived while the runner was busy
+	wake  chan struct{} // rung with again, for a runner lingering idle
 }
+
+// leaseLinger is how long an idle runner keeps its session's lease, so
+// that the next message of a conversation in progress starts its turn
+// without acquiring it again.
+const leaseLinger = 500 * time.Millisecond
 
 type turnState struct {
 	id     string
@@ -122,6 +130,7 @@ func NewPool(cfg Config) (*Pool, error) {
 		cfg: cfg, logger: cfg.Logger, js: js,
 		turnsCtx: ctx, cancelTurns: cancel,
 		sessions: map[clog.Key]*session{},
+		stopCh:   make(chan struct{}),
 		running:  map[string]*turnState{},
 		seed:     maphash.MakeSeed(),
 	}, nil
@@ -215,6 +224,7 @@ func (p *Pool) drain() error {
 	p.mu.Lock()
 	p.stopping = true
 	p.mu.Unlock()
+	close(p.stopCh)
 	done := make(chan struct{})
 	go func() { p.runners.Wait(); close(done) }()
 	select {
@@ -277,9 +287,13 @@ func (p *Pool) dispatch(key clog.Key) {
 	}
 	if s := p.sessions[key]; s != nil {
 		s.again = true
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
 		return
 	}
-	s := &session{}
+	s := &session{wake: make(chan struct{}, 1)}
 	p.sessions[key] = s
 	p.runners.Add(1)
 	go p.runSession(key, s)
@@ -294,6 +308,19 @@ func (p *Pool) runSession(key clog.Key, s *session) {
 		ran, err := p.nextTurn(key, &held)
 		if err != nil {
 			p.logger.Error("worker: turn", "session", key.String(), "err", err)
+		}
+		if !ran && held != nil && err == nil {
+			// Idle: keep the lease a moment for the conversation's next
+			// message.
+			t := time.NewTimer(leaseLinger)
+			select {
+			case <-s.wake:
+				t.Stop()
+				continue
+			case <-t.C:
+			case <-p.stopCh:
+				t.Stop()
+			}
 		}
 		if !ran && held != nil {
 			// Released before the last look at the doorbell: a runner
