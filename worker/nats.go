@@ -81,25 +81,47 @@ func Connect(url string) (*nats.Conn, error) {
 
 // ensureStream creates or updates the submissions stream and the workers'
 // durable consumer.
+//
+// A message is a doorbell, not the submission (the log has that): the
+// stream keeps messages under limits rather than as a work queue, and the
+// consumer takes them without acks, so that the broker neither tracks an
+// ack nor deletes a message per submission. A doorbell lost to a limit or
+// a crash is found by the pool's sweep of the log.
 func ensureStream(ctx context.Context, js jetstream.JetStream, ns Namespace) (jetstream.Consumer, error) {
-	stream, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	cfg := jetstream.StreamConfig{
 		Name:      ns.StreamName(),
 		Subjects:  []string{ns.submitWildcard()},
-		Retention: jetstream.WorkQueuePolicy,
+		Retention: jetstream.LimitsPolicy,
 		Storage:   jetstream.FileStorage,
+		MaxAge:    time.Hour,
+		MaxBytes:  1 << 30,
+		Discard:   jetstream.DiscardOld,
 		// Relay retries after a lost ack republish with the same id; the
 		// window must outlast any outage the relay rides out in one go.
 		Duplicates: 10 * time.Minute,
-	})
+	}
+	stream, err := js.CreateOrUpdateStream(ctx, cfg)
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+		// An older deployment's stream with another retention policy,
+		// which JetStream will not update in place: its doorbells are
+		// disposable, so replace it.
+		if derr := js.DeleteStream(ctx, cfg.Name); derr == nil {
+			stream, err = js.CreateStream(ctx, cfg)
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: %w", ns.StreamName(), err)
 	}
-	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable:       ns.ConsumerName(),
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       30 * time.Second,
-		MaxAckPending: 4096,
-	})
+	ccfg := jetstream.ConsumerConfig{
+		Durable:   ns.ConsumerName(),
+		AckPolicy: jetstream.AckNonePolicy,
+	}
+	cons, err := stream.CreateOrUpdateConsumer(ctx, ccfg)
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+		if derr := stream.DeleteConsumer(ctx, ccfg.Durable); derr == nil {
+			cons, err = stream.CreateOrUpdateConsumer(ctx, ccfg)
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("consumer %s: %w", ns.ConsumerName(), err)
 	}

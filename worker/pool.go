@@ -244,9 +244,7 @@ func (p *Pool) drain() error {
 }
 
 // handle rings the doorbell of a submission's session. The log decides
-// what runs, so the message is acknowledged at once: a crash after the ack
-// loses nothing, because the next start finds the admitted submission in
-// the log.
+// what runs; the message only says where to look.
 func (p *Pool) handle(msg jetstream.Msg) {
 	var m submissionMsg
 	key := clog.Key{}
@@ -255,13 +253,9 @@ func (p *Pool) handle(msg jetstream.Msg) {
 	}
 	if m.SubmissionID == "" || key.Validate() != nil {
 		p.logger.Warn("worker: dropping malformed submission message", "subject", msg.Subject())
-		_ = msg.Term()
 		return
 	}
 	p.dispatch(key)
-	if err := msg.Ack(); err != nil {
-		p.logger.Debug("worker: ack", "err", err)
-	}
 }
 
 // Notify rings the doorbell of a session in this pool directly: the node
