@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/convlog/convlog/internal/boltceiling"
 	clog "github.com/convlog/convlog/log"
 	bolt "go.etcd.io/bbolt"
 )
@@ -83,27 +84,24 @@ func BenchmarkAppend(b *testing.B) {
 		bdb.MaxBatchSize = 64
 		runWriters(b, 64, func(w, i int) error {
 			return bdb.Batch(func(tx *bolt.Tx) error {
-				return tx.Bucket([]byte("b")).Put(benchKey(w, i), value)
+				return tx.Bucket(boltceiling.Bucket).Put(benchKey(w, i), value)
 			})
 		})
 	})
 	b.Run("bbolt-groupcommit/writers=64", func(b *testing.B) {
 		bdb := openBolt(b)
-		gc := newGroupCommitter(bdb)
-		defer gc.close()
-		runWriters(b, 64, func(w, i int) error { return gc.put(benchKey(w, i), value) })
+		gc := boltceiling.New(bdb)
+		defer gc.Close()
+		runWriters(b, 64, func(w, i int) error { return gc.Put(benchKey(w, i), value) })
 	})
 }
 
 func openBolt(b *testing.B) *bolt.DB {
-	bdb, err := bolt.Open(filepath.Join(b.TempDir(), "bare.db"), 0o600, &bolt.Options{InitialMmapSize: 1 << 30})
+	bdb, err := boltceiling.Open(filepath.Join(b.TempDir(), "bare.db"))
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { bdb.Close() })
-	if err := bdb.Update(func(tx *bolt.Tx) error { _, err := tx.CreateBucket([]byte("b")); return err }); err != nil {
-		b.Fatal(err)
-	}
 	return bdb
 }
 
@@ -113,63 +111,6 @@ func benchKey(w, i int) []byte {
 	binary.BigEndian.PutUint64(k[8:], uint64(i))
 	return k
 }
-
-// groupCommitter is the simplest timer-less group commit over bare bbolt:
-// one goroutine takes every put queued during the previous fsync.
-type groupCommitter struct {
-	db   *bolt.DB
-	reqs chan gcReq
-	done chan struct{}
-}
-
-type gcReq struct {
-	k, v []byte
-	err  chan error
-}
-
-func newGroupCommitter(db *bolt.DB) *groupCommitter {
-	g := &groupCommitter{db: db, reqs: make(chan gcReq, 1024), done: make(chan struct{})}
-	go func() {
-		defer close(g.done)
-		batch := make([]gcReq, 0, 1024)
-		for r := range g.reqs {
-			batch = append(batch[:0], r)
-		drain:
-			for len(batch) < cap(batch) {
-				select {
-				case r, ok := <-g.reqs:
-					if !ok {
-						break drain
-					}
-					batch = append(batch, r)
-				default:
-					break drain
-				}
-			}
-			err := db.Update(func(tx *bolt.Tx) error {
-				bk := tx.Bucket([]byte("b"))
-				for _, r := range batch {
-					if err := bk.Put(r.k, r.v); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
-			for _, r := range batch {
-				r.err <- err
-			}
-		}
-	}()
-	return g
-}
-
-func (g *groupCommitter) put(k, v []byte) error {
-	r := gcReq{k: k, v: v, err: make(chan error, 1)}
-	g.reqs <- r
-	return <-r.err
-}
-
-func (g *groupCommitter) close() { close(g.reqs); <-g.done }
 
 // catchUpDB is one 1,000,000-record stream, built once for the read
 // benchmarks in batches of 10 records.
