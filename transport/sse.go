@@ -35,10 +35,29 @@ type sseWriter struct {
 	timeout time.Duration // per flush; 0 for none
 }
 
-// sseBufferSize trades syscalls for memory held only while writing.
-const sseBufferSize = 64 << 10
+// Buffer sizes trade syscalls for memory held only while writing: a live
+// tail writes a few frames at a time, a catch-up writes pages of
+// thousands. Thousands of live readers flushing at once would otherwise
+// each hold (and leave resident) a catch-up-sized buffer.
+const (
+	sseTailBuffer = 8 << 10
+	sseBulkBuffer = 64 << 10
+)
 
-var sseBuffers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, sseBufferSize) }}
+var (
+	sseTailBuffers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, sseTailBuffer) }}
+	sseBulkBuffers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, sseBulkBuffer) }}
+)
+
+// bulk borrows a catch-up-sized buffer for what is written until the next
+// flush, if none is borrowed yet.
+func (w *sseWriter) bulk() {
+	if w.buf == nil && w.err == nil {
+		w.deadline()
+		w.buf = sseBulkBuffers.Get().(*bufio.Writer)
+		w.buf.Reset(w.w)
+	}
+}
 
 func (w *sseWriter) write(b []byte) {
 	if w.err != nil {
@@ -46,10 +65,20 @@ func (w *sseWriter) write(b []byte) {
 	}
 	if w.buf == nil {
 		w.deadline()
-		w.buf = sseBuffers.Get().(*bufio.Writer)
+		w.buf = sseTailBuffers.Get().(*bufio.Writer)
 		w.buf.Reset(w.w)
 	}
 	_, w.err = w.buf.Write(b)
+}
+
+// putBuffer returns a borrowed buffer to the pool of its size.
+func putBuffer(b *bufio.Writer) {
+	b.Reset(nil)
+	if b.Size() == sseBulkBuffer {
+		sseBulkBuffers.Put(b)
+	} else {
+		sseTailBuffers.Put(b)
+	}
 }
 
 // comment writes ": text", which clients ignore: a keepalive that also
@@ -149,8 +178,7 @@ func (w *sseWriter) errorFrame(e *APIError) {
 // an error, whose pending bytes have nowhere to go.
 func (w *sseWriter) release() {
 	if w.buf != nil {
-		w.buf.Reset(nil)
-		sseBuffers.Put(w.buf)
+		putBuffer(w.buf)
 		w.buf = nil
 	}
 }
@@ -163,8 +191,7 @@ func (w *sseWriter) flush() error {
 		if w.err == nil {
 			w.err = w.buf.Flush()
 		}
-		w.buf.Reset(nil)
-		sseBuffers.Put(w.buf)
+		putBuffer(w.buf)
 		w.buf = nil
 	}
 	if w.err == nil {

@@ -112,6 +112,9 @@ func (s *Server) stream(c echo.Context) error {
 			}
 			inc = page.Incarnation
 		}
+		if len(page.Batches) > 4 {
+			w.bulk()
+		}
 		for i, b := range page.Batches {
 			// Within a page batches are contiguous, so a batch ends where
 			// the next begins: no arithmetic on opaque offsets.
