@@ -149,26 +149,17 @@ func (c *Client) Submission(ctx context.Context, agent, instance, id string, wai
 	if wait > 0 {
 		q.Set("wait", wait.String())
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.url(agent, instance, "/submissions/"+url.PathEscape(id), q), nil)
-	if err != nil {
-		return log.Submission{}, err
-	}
-	resp, err := c.do(req, http.StatusOK)
-	if err != nil {
-		return log.Submission{}, err
-	}
-	var sub log.Submission
-	if err := decodeJSON(resp, &sub); err != nil {
-		return log.Submission{}, err
-	}
-	sub.Key = log.Key{Agent: agent, Instance: instance}
-	return sub, nil
+	return c.submissionCall(ctx, http.MethodGet, agent, instance, "/submissions/"+url.PathEscape(id), q)
 }
 
 // Abort aborts a submission: see the abort route. A settled one is an
 // *APIError with code already_settled.
 func (c *Client) Abort(ctx context.Context, agent, instance, id string) (log.Submission, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url(agent, instance, "/submissions/"+url.PathEscape(id)+"/abort", nil), nil)
+	return c.submissionCall(ctx, http.MethodPost, agent, instance, "/submissions/"+url.PathEscape(id)+"/abort", nil)
+}
+
+func (c *Client) submissionCall(ctx context.Context, method, agent, instance, path string, q url.Values) (log.Submission, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.url(agent, instance, path, q), nil)
 	if err != nil {
 		return log.Submission{}, err
 	}
