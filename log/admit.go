@@ -28,6 +28,12 @@ type Admission struct {
 	// request gets its original answer, and two racing deliveries cannot
 	// both get in.
 	RejectIfBusy bool
+	// StartTurn, when set and the session has no other unsettled
+	// submission, admits the submission already running as turn StartTurn:
+	// a worker that holds the session and will run it at once saves the
+	// separate commit that would record its start. Otherwise it is
+	// admitted as usual. The returned Submission's Status tells which.
+	StartTurn string
 }
 
 // MaxIdempotencyKeyLength bounds an idempotency key.
@@ -52,6 +58,9 @@ func (db *DB) Admit(ctx context.Context, a Admission) (sub Submission, replayed 
 		a.SubmissionID = "sub_" + ulid.Make().String()
 	} else if len(a.SubmissionID) > MaxIDLength || !printable(a.SubmissionID) {
 		return Submission{}, false, fmt.Errorf("admit %s: %w: submission id", a.Key, ErrInvalidRecord)
+	}
+	if len(a.StartTurn) > MaxIDLength || !printable(a.StartTurn) {
+		return Submission{}, false, fmt.Errorf("admit %s: %w: turn id", a.Key, ErrInvalidRecord)
 	}
 	op := &write{prepare: func(tx *bolt.Tx, now time.Time, notes *commitNotes) (func() error, []byte, error) {
 		sub, replayed = Submission{}, false
@@ -96,12 +105,14 @@ func prepareAdmit(tx *bolt.Tx, a Admission, now time.Time, notes *commitNotes, t
 	if err != nil {
 		return nil, nil, err
 	}
+	idle := true
 	if !exists {
 		meta = newStream(now)
-	} else if a.RejectIfBusy {
-		if k, _ := tx.Bucket(bucketQueue).Cursor().Seek(u64(meta.id)); k != nil && binary.BigEndian.Uint64(k) == meta.id {
+	} else if k, _ := tx.Bucket(bucketQueue).Cursor().Seek(u64(meta.id)); k != nil && binary.BigEndian.Uint64(k) == meta.id {
+		if a.RejectIfBusy {
 			return nil, nil, ErrSessionBusy
 		}
+		idle = false
 	}
 	records := make([]Record, len(a.Records))
 	for i, r := range a.Records {
@@ -119,6 +130,9 @@ func prepareAdmit(tx *bolt.Tx, a Admission, now time.Time, notes *commitNotes, t
 	s := &storedSubmission{Submission: Submission{
 		ID: a.SubmissionID, Key: a.Key, Offset: offsetOf(plan.pos), Status: StatusAdmitted, AdmittedAt: now,
 	}}
+	if a.StartTurn != "" && idle {
+		s.Status, s.StartedAt, s.TurnID = StatusRunning, now, a.StartTurn
+	}
 	if first := plan.records[0]; first.Kind == KindEntry {
 		s.EntryID = first.Entry.ID
 	}

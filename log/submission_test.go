@@ -229,3 +229,21 @@ func TestRejectIfBusy(t *testing.T) {
 		t.Fatalf("idle again: %v", err)
 	}
 }
+
+func TestAdmitStartTurn(t *testing.T) {
+	ctx := context.Background()
+	db := openTestDB(t, nil)
+	// Idle session: admitted already running, in one commit.
+	first, _, err := db.Admit(ctx, clog.Admission{Key: testKey, Records: []clog.Record{userEntry("a")}, StartTurn: "turn_1"})
+	if err != nil || first.Status != clog.StatusRunning || first.TurnID != "turn_1" || first.StartedAt.IsZero() {
+		t.Fatalf("idle: %+v %v", first, err)
+	}
+	// Busy session: admitted as usual.
+	second, _, err := db.Admit(ctx, clog.Admission{Key: testKey, Records: []clog.Record{userEntry("b")}, StartTurn: "turn_2"})
+	if err != nil || second.Status != clog.StatusAdmitted || second.TurnID != "" {
+		t.Fatalf("busy: %+v %v", second, err)
+	}
+	if p, _ := db.Pending(ctx, testKey); len(p) != 2 || p[0].Status != clog.StatusRunning {
+		t.Fatalf("pending %+v", p)
+	}
+}

@@ -413,7 +413,21 @@ func (s *Server) deliver(c echo.Context) error {
 		a.IdempotencyKey = idemKey
 		a.RequestHash = requestHash(agent, instance, body)
 	}
+	var claimed func(log.Submission, error)
+	if s.opts.Claim != nil {
+		var turnID string
+		if turnID, claimed = s.opts.Claim(key); turnID != "" {
+			a.StartTurn = turnID
+		}
+	}
 	sub, replayed, err := s.db.Admit(ctx, a)
+	if claimed != nil {
+		if replayed {
+			claimed(log.Submission{}, nil) // nothing new was admitted
+		} else {
+			claimed(sub, err)
+		}
+	}
 	if err != nil {
 		return err
 	}

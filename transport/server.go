@@ -85,6 +85,12 @@ type Options struct {
 	// idempotent replay), on the request's goroutine, to kick the outbox
 	// relay. It must not block. May be nil.
 	Admitted func(log.Submission)
+	// Claim, before each admission, asks the worker side whether it holds
+	// the session idle and would start the delivery in the admission's own
+	// commit (see worker.Pool.Claim): a turn id for log.Admission.StartTurn,
+	// or "". done receives the admission's outcome and must be called. May
+	// be nil.
+	Claim func(key log.Key) (turnID string, done func(log.Submission, error))
 	// Abort ends a submission (see worker.Pool.Abort): settled aborted at
 	// once if it has not started, its turn cancelled if it runs. It
 	// returns the submission as it is after the abort, or an error that

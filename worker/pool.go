@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/oklog/ulid/v2"
 
 	clog "github.com/convlog/convlog/log"
 )
@@ -25,6 +26,7 @@ type Log interface {
 	Unsettled(ctx context.Context, limit int) ([]clog.Submission, error)
 	Read(ctx context.Context, key clog.Key, offset clog.Offset, limit int) (clog.ReadResult, error)
 	Write(ctx context.Context, w clog.Write) (clog.Appended, error)
+	Tail(ctx context.Context, key clog.Key) (clog.Incarnation, clog.Offset, error)
 }
 
 // Config configures a Pool.
@@ -79,6 +81,10 @@ type Pool struct {
 type session struct {
 	again bool          // work arrived while the runner was busy
 	wake  chan struct{} // rung with again, for a runner lingering idle
+
+	lingering bool                  // idle, holding the lease
+	claimed   bool                  // a delivery is being admitted to start here
+	handoff   chan *clog.Submission // the claimed admission, once committed
 }
 
 // leaseLinger is how long an idle runner keeps its session's lease, so
@@ -258,6 +264,32 @@ func (p *Pool) handle(msg jetstream.Msg) {
 	p.dispatch(key)
 }
 
+// Claim offers to start a delivery to key in its admission's own commit:
+// when this pool holds the session idle (its runner lingering with the
+// lease), it returns a turn id for log.Admission.StartTurn, and done must
+// be called with the admission's outcome. The runner then runs the turn
+// without a second commit before the agent. Otherwise it returns "" and a
+// no-op, and the delivery is admitted as usual.
+func (p *Pool) Claim(key clog.Key) (turnID string, done func(clog.Submission, error)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.sessions[key]
+	if s == nil || !s.lingering || s.claimed || p.stopping {
+		return "", func(clog.Submission, error) {}
+	}
+	s.claimed = true
+	turnID = "turn_" + ulid.Make().String()
+	var once sync.Once
+	return turnID, func(sub clog.Submission, err error) {
+		once.Do(func() {
+			if err != nil || sub.Status != clog.StatusRunning || sub.TurnID != turnID {
+				sub = clog.Submission{} // not started here: the runner just goes on
+			}
+			s.handoff <- &sub
+		})
+	}
+}
+
 // Notify rings the doorbell of a session in this pool directly: the node
 // that admitted a submission need not wait for JetStream's round trip to
 // start its turn. JetStream still carries the doorbell to every worker and
@@ -287,7 +319,7 @@ func (p *Pool) dispatch(key clog.Key) {
 		}
 		return
 	}
-	s := &session{wake: make(chan struct{}, 1)}
+	s := &session{wake: make(chan struct{}, 1), handoff: make(chan *clog.Submission, 1)}
 	p.sessions[key] = s
 	p.runners.Add(1)
 	go p.runSession(key, s)
@@ -298,22 +330,48 @@ func (p *Pool) dispatch(key clog.Key) {
 func (p *Pool) runSession(key clog.Key, s *session) {
 	defer p.runners.Done()
 	var held *lease // kept across consecutive turns
+	var claim *clog.Submission
 	for {
-		ran, err := p.nextTurn(key, &held)
+		ran, err := p.nextTurn(key, &held, claim)
+		claim = nil
 		if err != nil {
 			p.logger.Error("worker: turn", "session", key.String(), "err", err)
 		}
 		if !ran && held != nil && err == nil {
 			// Idle: keep the lease a moment for the conversation's next
-			// message.
+			// message, which may be admitted already running here.
+			p.mu.Lock()
+			s.lingering = true
+			p.mu.Unlock()
 			t := time.NewTimer(leaseLinger)
+			woke := false
 			select {
 			case <-s.wake:
-				t.Stop()
-				continue
+				woke = true
+			case claim = <-s.handoff:
 			case <-t.C:
 			case <-p.stopCh:
-				t.Stop()
+			}
+			t.Stop()
+			p.mu.Lock()
+			s.lingering = false
+			inFlight := s.claimed && claim == nil
+			p.mu.Unlock()
+			if inFlight {
+				// Its admission is committing: its handoff follows.
+				claim = <-s.handoff
+			}
+			if claim != nil {
+				p.mu.Lock()
+				s.claimed = false
+				p.mu.Unlock()
+				if claim.ID == "" {
+					claim = nil // the admission failed or was a replay
+				}
+				continue
+			}
+			if woke {
+				continue
 			}
 		}
 		if !ran && held != nil {

@@ -20,54 +20,76 @@ const maxTurnSubmissions = 256
 
 // nextTurn starts a turn for every admitted submission of the session, runs
 // it and settles it. ran is false when there was nothing to run.
-func (p *Pool) nextTurn(key clog.Key, held **lease) (ran bool, err error) {
+func (p *Pool) nextTurn(key clog.Key, held **lease, claimed *clog.Submission) (ran bool, err error) {
 	lk := p.stripe(key)
 	lk.Lock()
-	pending, err := p.cfg.Log.Pending(p.turnsCtx, key)
-	if err != nil {
-		lk.Unlock()
-		return false, err
-	}
-	var subs []clog.Submission
-	for _, s := range pending {
-		if s.Status == clog.StatusAdmitted && len(subs) < maxTurnSubmissions {
-			subs = append(subs, s)
+	var t *turn
+	var ids []string
+	if claimed != nil {
+		// Admitted already running, in the admission's own commit, for
+		// this runner: no second commit before the agent is called. Under
+		// the stripe, an abort either settled it before (skip) or will
+		// find its turn registered below (cancel).
+		sub, err := p.cfg.Log.Submission(p.turnsCtx, claimed.ID)
+		if err == nil && *held != nil && sub.Status == clog.StatusRunning && sub.TurnID == claimed.TurnID {
+			inc, _, err := p.cfg.Log.Tail(p.turnsCtx, key)
+			if err != nil {
+				lk.Unlock()
+				return false, err
+			}
+			t = &turn{p: p, key: key, id: sub.TurnID, subs: []clog.Submission{sub}, inc: inc}
+			ids = []string{sub.ID}
 		}
+		// Otherwise (aborted meanwhile, or reset): on to what is pending.
 	}
-	if len(subs) == 0 {
-		lk.Unlock()
-		return false, nil
-	}
-	// One turn at a time per session, across every worker on the broker.
-	// The runner keeps the lease across consecutive turns.
-	if *held == nil {
-		ls, err := p.leases.acquire(p.turnsCtx, key)
-		if errors.Is(err, ErrLeaseHeld) {
-			// Its holder re-reads the session's pending submissions after
-			// its turn, so ours are not forgotten.
-			lk.Unlock()
-			return false, nil
-		}
+	if t == nil {
+		pending, err := p.cfg.Log.Pending(p.turnsCtx, key)
 		if err != nil {
 			lk.Unlock()
 			return false, err
 		}
-		*held = ls
+		var subs []clog.Submission
+		for _, s := range pending {
+			if s.Status == clog.StatusAdmitted && len(subs) < maxTurnSubmissions {
+				subs = append(subs, s)
+			}
+		}
+		if len(subs) == 0 {
+			lk.Unlock()
+			return false, nil
+		}
+		// One turn at a time per session, across every worker on the
+		// broker. The runner keeps the lease across consecutive turns.
+		if *held == nil {
+			ls, err := p.leases.acquire(p.turnsCtx, key)
+			if errors.Is(err, ErrLeaseHeld) {
+				// Its holder re-reads the session's pending submissions
+				// after its turn, so ours are not forgotten.
+				lk.Unlock()
+				return false, nil
+			}
+			if err != nil {
+				lk.Unlock()
+				return false, err
+			}
+			*held = ls
+		}
+		t = &turn{p: p, key: key, id: "turn_" + ulid.Make().String(), subs: subs}
+		ids = make([]string, len(subs))
+		for i, s := range subs {
+			ids[i] = s.ID
+		}
+		// The delivery position is recorded before the call: once
+		// running, a submission is never delivered again, whatever
+		// happens to us.
+		started, err := p.cfg.Log.Write(p.turnsCtx, clog.Write{Key: key, Start: ids, TurnID: t.id})
+		if err != nil {
+			lk.Unlock()
+			return false, fmt.Errorf("start turn: %w", err)
+		}
+		t.inc = started.Incarnation
 	}
 	ls := *held
-	t := &turn{p: p, key: key, id: "turn_" + ulid.Make().String(), subs: subs}
-	ids := make([]string, len(subs))
-	for i, s := range subs {
-		ids[i] = s.ID
-	}
-	// The delivery position is recorded before the call: once running, a
-	// submission is never delivered again, whatever happens to us.
-	started, err := p.cfg.Log.Write(p.turnsCtx, clog.Write{Key: key, Start: ids, TurnID: t.id})
-	if err != nil {
-		lk.Unlock()
-		return false, fmt.Errorf("start turn: %w", err)
-	}
-	t.inc = started.Incarnation
 	ctx, cancel := context.WithCancelCause(p.turnsCtx)
 	kept := make(chan struct{})
 	lost := false

@@ -421,3 +421,46 @@ func TestBusyPolicyReject(t *testing.T) {
 	}
 	deliver(t, c, "echo", "i", "s", "idle again")
 }
+
+// The next message of a conversation in progress starts in its admission's
+// own commit (the session's runner holds it idle): one commit fewer before
+// the agent runs, and the same outcome.
+func TestNextMessageStartsInItsAdmission(t *testing.T) {
+	_, c := testService(t, nil)
+	ctx := context.Background()
+	first := deliver(t, c, "echo", "i", "s", "one")
+	if s, err := c.Submission(ctx, "echo", "i", first.SubmissionID, 10*time.Second); err != nil || s.Status != clog.StatusCompleted {
+		t.Fatalf("first %+v %v", s, err)
+	}
+	second := deliver(t, c, "echo", "i", "s", "two")
+	s, err := c.Submission(ctx, "echo", "i", second.SubmissionID, 10*time.Second)
+	if err != nil || s.Status != clog.StatusCompleted {
+		t.Fatalf("second %+v %v", s, err)
+	}
+	if !s.StartedAt.Equal(s.AdmittedAt) {
+		t.Errorf("second started %v, admitted %v: not started in its admission", s.StartedAt, s.AdmittedAt)
+	}
+	recs := readUntilSettled(t, c, "echo", "i", "s", second.Offset, second.SubmissionID)
+	v := projection.Project(recs)
+	if len(v.Messages) != 2 || v.Messages[1].Parts[0].Text != "two" || len(v.Settlements) != 1 {
+		t.Fatalf("view %+v", v)
+	}
+	// Aborted right after its 202: exactly one settlement, aborted.
+	third := deliver(t, c, "echo", "i", "s", strings.Repeat("w ", 50))
+	a, err := c.Abort(ctx, "echo", "i", third.SubmissionID)
+	if err != nil && !transport.IsCode(err, transport.CodeAlreadySettled) {
+		t.Fatal(err)
+	}
+	if got, _ := c.Submission(ctx, "echo", "i", third.SubmissionID, 10*time.Second); !got.Status.Terminal() {
+		t.Fatalf("third %+v (abort answered %+v)", got, a)
+	}
+	n := 0
+	for _, r := range readUntilSettled(t, c, "echo", "i", "s", third.Offset, third.SubmissionID) {
+		if r.Entry != nil && r.Entry.Type == clog.EntrySettlement {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d settlements for the aborted one", n)
+	}
+}

@@ -121,6 +121,7 @@ func Start(cfg Config) (_ *Service, err error) {
 		Admitted:     func(clog.Submission) { s.relay.Kick() },
 		Ready:        s.ready,
 		Abort:        s.pool.Abort,
+		Claim:        s.pool.Claim,
 		MaxBody:      cfg.MaxBody,
 		Heartbeat:    cfg.Heartbeat,
 		WriteTimeout: cfg.SSEWriteTimeout,
