@@ -1027,29 +1027,40 @@ func (e *benchEnv) recordCatchup(sys, over string, rs []benchCatchup, other stri
 	e.logf("catch-up %s %s: %s records/s %.1f MB/s", sys, over, fmtCount(b.rps()), b.mbps())
 }
 
+// catchUpPasses reads the "catchup" conversation at addr whole, over JSON
+// polling then over SSE, catchupPasses times each, up to offset want.
+func (e *benchEnv) catchUpPasses(ctx context.Context, addr, want string) (polls, sses []benchCatchup, err error) {
+	client := benchHTTPClient(2)
+	defer client.CloseIdleConnections()
+	for range e.sz.catchupPasses {
+		r, err := benchPollAll(ctx, client, func(off string) string { return benchConvURL(addr, "catchup", off, 10000) }, want)
+		if err != nil {
+			return nil, nil, fmt.Errorf("polling: %w", err)
+		}
+		polls = append(polls, r)
+	}
+	for range e.sz.catchupPasses {
+		r, err := benchSSEAll(ctx, addr, benchStreamPath("catchup", "0"), want)
+		if err != nil {
+			return nil, nil, fmt.Errorf("sse: %w", err)
+		}
+		sses = append(sses, r)
+	}
+	return polls, sses, nil
+}
+
 func (e *benchEnv) catchUp(ctx context.Context) error {
 	want := strconv.Itoa(e.sz.catchup)
 	err := e.withService(ctx, "catchup", func(dir string) error { return benchBuildCatchup(dir, e.sz.catchup) }, func(c *benchChild) error {
-		client := benchHTTPClient(2)
-		defer client.CloseIdleConnections()
-		var polls, sses []benchCatchup
-		for range e.sz.catchupPasses {
-			r, err := benchPollAll(ctx, client, func(off string) string { return benchConvURL(c.addr, "catchup", off, 10000) }, want)
-			if err != nil {
-				return fmt.Errorf("polling: %w", err)
-			}
-			polls = append(polls, r)
-		}
-		for range e.sz.catchupPasses {
-			r, err := benchSSEAll(ctx, c.addr, benchStreamPath("catchup", "0"), want)
-			if err != nil {
-				return fmt.Errorf("sse: %w", err)
-			}
-			sses = append(sses, r)
+		polls, sses, err := e.catchUpPasses(ctx, c.addr, want)
+		if err != nil {
+			return err
 		}
 		if e.opts.profile != "" {
 			// Unmeasured: repeat each read for 3 s under the profiler.
 			const d = 3 * time.Second
+			client := benchHTTPClient(2)
+			defer client.CloseIdleConnections()
 			wait := e.profileDuring(ctx, c, d, "catchup-json.cpu.pprof")
 			for t0 := time.Now(); time.Since(t0) < d+500*time.Millisecond; {
 				if _, err := benchPollAll(ctx, client, func(off string) string { return benchConvURL(c.addr, "catchup", off, 10000) }, want); err != nil {
@@ -1083,22 +1094,9 @@ func (e *benchEnv) catchUp(ctx context.Context) error {
 				if err != nil {
 					return err
 				}
-				client := benchHTTPClient(2)
-				defer client.CloseIdleConnections()
-				var polls, sses []benchCatchup
-				for range e.sz.catchupPasses {
-					r, err := benchPollAll(ctx, client, func(off string) string { return benchConvURL(b.addr, "catchup", off, 10000) }, tail)
-					if err != nil {
-						return fmt.Errorf("polling: %w", err)
-					}
-					polls = append(polls, r)
-				}
-				for range e.sz.catchupPasses {
-					r, err := benchSSEAll(ctx, b.addr, benchStreamPath("catchup", "0"), tail)
-					if err != nil {
-						return fmt.Errorf("sse: %w", err)
-					}
-					sses = append(sses, r)
+				polls, sses, err := e.catchUpPasses(ctx, b.addr, tail)
+				if err != nil {
+					return err
 				}
 				e.recordCatchup(sys, "json", polls, "")
 				e.recordCatchup(sys, "sse", sses, "")
