@@ -2,33 +2,49 @@
 GO       ?= go
 BIN      := bin/convlog
 DATA     ?= ./data
+LISTEN   ?= 127.0.0.1:8080
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 PKGS     := ./...
 FUZZTIME ?= 5s
 
-.PHONY: all build run test test-race fuzz bench bench-log torture torture-long vet fmt clean
+.PHONY: all build run test test-short check test-race fuzz bench bench-log bench-repl torture torture-long torture-cluster vet fmt clean
 
 all: build
 
 build:
 	$(GO) build -o $(BIN) ./cmd/convlog
+	$(GO) build -o bin/convlog-torture ./cmd/convlog-torture
 
 # Runs the service on its embedded defaults: HTTP on 127.0.0.1:8080, data
 # (bbolt log and JetStream store) under ./data.
 run: build
-	./$(BIN) serve --data $(DATA)
+	./$(BIN) serve --listen $(LISTEN) --data $(DATA)
 
 # Every test: unit, property, crash (kill -9), end to end over HTTP and
 # embedded NATS, external-NATS (127.0.0.1:4222), fuzz seed corpora.
 test:
 	$(GO) vet $(PKGS)
 	$(GO) test -count=1 -timeout 20m $(PKGS)
+	cd cmd/convlog-bench && $(GO) vet ./... && $(GO) test -count=1 -timeout 10m ./...
+
+# The fast loop: everything that needs no binary build, no kill -9 and no
+# long run (those skip under -short). Under a minute on 2 cores.
+test-short:
+	$(GO) test -short -count=1 $(PKGS)
+
+# gofmt, vet and staticcheck (pinned) over both modules.
+check:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+	$(GO) run $(STATICCHECK) $(PKGS)
+	cd cmd/convlog-bench && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 
 test-race:
 	$(GO) test -count=1 -race -timeout 30m $(PKGS)
 
 # Each fuzz target for FUZZTIME (go test -fuzz takes one target at a time).
 fuzz:
-	@set -e; for pkg in ./log ./projection ./transport; do \
+	@set -e; for pkg in ./log ./projection ./transport ./internal/auth ./internal/config ./worker/agentwire; do \
 	  for t in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
 	    echo "== $$pkg $$t"; \
 	    $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$pkg; \
@@ -38,19 +54,36 @@ fuzz:
 bench-log:
 	$(GO) test -run '^$$' -bench . -benchtime 3s ./log/
 
-bench: build
-	./$(BIN) bench
+# The replicated write path prototype (internal/replproto, docs/scale-out.md):
+# conditional batched publishes to an R3 stream of an in-process 3-node
+# cluster (fsync before ack), beside the bare-bbolt group commit.
+bench-repl:
+	$(GO) test -run '^$$' -bench . -benchtime 60000x ./internal/replproto/
+
+# The benchmark is a module of its own (cmd/convlog-bench/go.mod), so the
+# product never links its PostgreSQL, Redis and plotting dependencies.
+bench:
+	cd cmd/convlog-bench && $(GO) build -o ../../bin/convlog-bench .
+	./bin/convlog-bench
 
 # kill -9 the real service under load, over and over, then verify nothing
 # was lost, repeated or left unsettled (docs/operations.md). The short run
 # is also part of `make test` (TestTorture*).
 torture: build
-	./$(BIN) torture -cycles 3 -clients 8 -sessions 4 -kill-every 2s
-	./$(BIN) torture -cycles 3 -clients 8 -sessions 4 -kill-every 2s -nats-restart
+	./bin/convlog-torture -bin $(BIN) -cycles 3 -clients 8 -sessions 4 -kill-every 2s
+	./bin/convlog-torture -bin $(BIN) -cycles 3 -clients 8 -sessions 4 -kill-every 2s -nats-restart
 
 torture-long: build
-	./$(BIN) torture -cycles 20 -clients 32
-	./$(BIN) torture -cycles 20 -clients 32 -nats-restart
+	./bin/convlog-torture -bin $(BIN) -cycles 20 -clients 32
+	./bin/convlog-torture -bin $(BIN) -cycles 20 -clients 32 -nats-restart
+
+# The cluster torture (docs/torture.md): 3 nats-server nodes (built from
+# the module go.mod requires: Debian's 2.9 lacks sync_interval), serve
+# --workers=0 and 2 convlog workers; each cycle SIGKILLs a worker and the
+# node leading the submissions stream. Its short run is TestTortureCluster.
+torture-cluster: build
+	$(GO) build -o bin/nats-server github.com/nats-io/nats-server/v2
+	./bin/convlog-torture -bin $(BIN) -cluster -nats-server bin/nats-server -cycles 10 -clients 4 -sessions 8 -kill-every 3s
 
 vet:
 	$(GO) vet $(PKGS)

@@ -34,6 +34,10 @@ type Admission struct {
 	// separate commit that would record its start. Otherwise it is
 	// admitted as usual. The returned Submission's Status tells which.
 	StartTurn string
+	// UID, when set, names the instance generation the delivery is for:
+	// another than the instance's current one is a *StaleGenerationError.
+	// The first delivery to an instance may name the uid it will have.
+	UID string
 }
 
 // MaxIdempotencyKeyLength bounds an idempotency key.
@@ -43,6 +47,9 @@ type idemRecord struct {
 	SubmissionID string    `json:"submissionId"`
 	RequestHash  string    `json:"requestHash"`
 	At           time.Time `json:"at"`
+	// Change is the result of a lifecycle change (see Change), for which
+	// SubmissionID is empty.
+	Change json.RawMessage `json:"change,omitempty"`
 }
 
 // Admit durably admits a delivery. replayed is true when an earlier
@@ -62,9 +69,21 @@ func (db *DB) Admit(ctx context.Context, a Admission) (sub Submission, replayed 
 	if len(a.StartTurn) > MaxIDLength || !printable(a.StartTurn) {
 		return Submission{}, false, fmt.Errorf("admit %s: %w: turn id", a.Key, ErrInvalidRecord)
 	}
+	// The records carry the submission id; encode them here, not in the
+	// committer.
+	records := make([]Record, len(a.Records))
+	for i, r := range a.Records {
+		if r.Kind == KindEntry && r.Entry != nil && r.Entry.SubmissionID == "" {
+			e := *r.Entry
+			e.SubmissionID = a.SubmissionID
+			r.Entry = &e
+		}
+		records[i] = r
+	}
+	records, pre := preEncode(records)
 	op := &write{prepare: func(tx *bolt.Tx, now time.Time, notes *commitNotes) (func() error, []byte, error) {
 		sub, replayed = Submission{}, false
-		return prepareAdmit(tx, a, now, notes, db.opts.IdempotencyTTL, &sub, &replayed)
+		return prepareAdmit(tx, a, records, pre, now, notes, db.opts.IdempotencyTTL, &sub, &replayed)
 	}}
 	if err := db.submit(ctx, op); err != nil {
 		return Submission{}, false, fmt.Errorf("admit %s: %w", a.Key, err)
@@ -76,7 +95,7 @@ func idemKey(k Key, key string) []byte {
 	return []byte(k.Agent + "\x00" + k.Instance + "\x00" + key)
 }
 
-func prepareAdmit(tx *bolt.Tx, a Admission, now time.Time, notes *commitNotes, ttl time.Duration, sub *Submission, replayed *bool) (func() error, []byte, error) {
+func prepareAdmit(tx *bolt.Tx, a Admission, records []Record, pre []*preEncoded, now time.Time, notes *commitNotes, ttl time.Duration, sub *Submission, replayed *bool) (func() error, []byte, error) {
 	var ik []byte
 	if a.IdempotencyKey != "" {
 		ik = idemKey(a.Key, a.IdempotencyKey)
@@ -86,7 +105,7 @@ func prepareAdmit(tx *bolt.Tx, a Admission, now time.Time, notes *commitNotes, t
 				return nil, nil, fmt.Errorf("idempotency record: %w", err)
 			}
 			if now.Sub(rec.At) < ttl {
-				if rec.RequestHash != a.RequestHash {
+				if rec.RequestHash != a.RequestHash || rec.SubmissionID == "" {
 					return nil, nil, ErrIdempotencyKeyReused
 				}
 				s, err := getSubmission(tx, rec.SubmissionID)
@@ -101,6 +120,10 @@ func prepareAdmit(tx *bolt.Tx, a Admission, now time.Time, notes *commitNotes, t
 	if tx.Bucket(bucketSubmissions).Get([]byte(a.SubmissionID)) != nil {
 		return nil, nil, fmt.Errorf("%w: submission %s exists", ErrDuplicateEntry, a.SubmissionID)
 	}
+	inst, instExisted, err := generationFor(tx, a.Key.Agent, a.Key.Instance, a.UID, now)
+	if err != nil {
+		return nil, nil, err
+	}
 	meta, exists, err := loadStream(tx, a.Key)
 	if err != nil {
 		return nil, nil, err
@@ -114,21 +137,13 @@ func prepareAdmit(tx *bolt.Tx, a Admission, now time.Time, notes *commitNotes, t
 		}
 		idle = false
 	}
-	records := make([]Record, len(a.Records))
-	for i, r := range a.Records {
-		if r.Kind == KindEntry && r.Entry != nil && r.Entry.SubmissionID == "" {
-			e := *r.Entry
-			e.SubmissionID = a.SubmissionID
-			r.Entry = &e
-		}
-		records[i] = r
-	}
-	plan, err := planAppend(tx, a.Key, meta, records, now)
+	plan, err := planAppendPre(tx, a.Key, meta, records, pre, now)
 	if err != nil {
 		return nil, nil, err
 	}
 	s := &storedSubmission{Submission: Submission{
 		ID: a.SubmissionID, Key: a.Key, Offset: offsetOf(plan.pos), Status: StatusAdmitted, AdmittedAt: now,
+		UID: inst.UID,
 	}}
 	if a.StartTurn != "" && idle {
 		s.Status, s.StartedAt, s.TurnID = StatusRunning, now, a.StartTurn
@@ -138,6 +153,9 @@ func prepareAdmit(tx *bolt.Tx, a Admission, now time.Time, notes *commitNotes, t
 	}
 	mutate := func() error {
 		if err := plan.store(tx, notes); err != nil {
+			return err
+		}
+		if err := touchInstance(tx, a.Key.Agent, a.Key.Instance, inst, instExisted, now); err != nil {
 			return err
 		}
 		seq, err := tx.Bucket(bucketSubmissions).NextSequence()
@@ -169,5 +187,5 @@ func prepareAdmit(tx *bolt.Tx, a Admission, now time.Time, notes *commitNotes, t
 		*sub = s.Submission
 		return nil
 	}
-	return mutate, a.Key.encode(), nil
+	return mutate, encodeKey(a.Key), nil
 }

@@ -11,47 +11,13 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// Batch is the unit of appending and reading: the records of one append, at
-// one offset.
-type Batch struct {
-	Offset Offset `json:"offset"`
-	// Count is the number of records.
-	Count int `json:"-"`
-	// Records is the JSON array of the records, exactly as stored; serving
-	// it needs no decoding. Decode gives the typed records. It may be
-	// shared with other readers: never modify it.
-	Records RawRecords `json:"records"`
-}
-
-// RawRecords is a JSON array of records.
-type RawRecords []byte
-
-// MarshalJSON returns the stored array itself.
-func (r RawRecords) MarshalJSON() ([]byte, error) {
-	if len(r) == 0 {
-		return []byte("[]"), nil
-	}
-	return r, nil
-}
-
-// UnmarshalJSON keeps a copy of the array.
-func (r *RawRecords) UnmarshalJSON(b []byte) error {
-	*r = append((*r)[:0], b...)
-	return nil
-}
-
-// Decode parses the records.
-func (r RawRecords) Decode() ([]Record, error) {
-	var recs []Record
-	if err := json.Unmarshal(r, &recs); err != nil {
-		return nil, fmt.Errorf("decode records: %w", err)
-	}
-	return recs, nil
-}
-
 // encodeBatch is the stored form: uvarint record count, then the JSON array.
-func encodeBatch(recs []Record) ([]byte, error) {
+func encodeBatch(recs []Record) ([]byte, error) { return encodeBatchPre(recs, nil) }
+
+// encodeBatchPre is encodeBatch using pre[i], when set, for recs[i].
+func encodeBatchPre(recs []Record, pre []*preEncoded) ([]byte, error) {
 	var buf bytes.Buffer
+	buf.Grow(300 * len(recs))
 	var n [binary.MaxVarintLen64]byte
 	buf.Write(n[:binary.PutUvarint(n[:], uint64(len(recs)))])
 	buf.WriteByte('[')
@@ -59,7 +25,11 @@ func encodeBatch(recs []Record) ([]byte, error) {
 		if i > 0 {
 			buf.WriteByte(',')
 		}
-		b, err := json.Marshal(recs[i])
+		if pre != nil && pre[i] != nil {
+			buf.Write(pre[i].appendTo(buf.AvailableBuffer(), recs[i].Entry.ParentID, recs[i].Entry.Timestamp))
+			continue
+		}
+		b, err := marshalNoHTML(recs[i])
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrInvalidRecord, err)
 		}
@@ -97,6 +67,12 @@ type batchPlan struct {
 // engine owns: entry ids, parents (the leaf by default) and timestamps. It
 // changes nothing in tx.
 func planAppend(tx *bolt.Tx, key Key, meta streamMeta, records []Record, now time.Time) (*batchPlan, error) {
+	return planAppendPre(tx, key, meta, records, nil, now)
+}
+
+// planAppendPre is planAppend for records that preEncode prepared: pre[i],
+// when set, is records[i]'s encoding but for its parent and timestamp.
+func planAppendPre(tx *bolt.Tx, key Key, meta streamMeta, records []Record, pre []*preEncoded, now time.Time) (*batchPlan, error) {
 	if len(records) == 0 {
 		return nil, fmt.Errorf("%w: empty batch", ErrInvalidRecord)
 	}
@@ -111,15 +87,21 @@ func planAppend(tx *bolt.Tx, key Key, meta streamMeta, records []Record, now tim
 	inBatch := make(map[string]bool, len(records))
 	leaf := meta.leaf
 	for i, r := range records {
-		if err := r.validate(); err != nil {
-			return nil, fmt.Errorf("record %d: %w", i, err)
+		var p *preEncoded
+		if pre != nil {
+			p = pre[i]
+		}
+		if p == nil {
+			if err := r.Validate(); err != nil {
+				return nil, fmt.Errorf("record %d: %w", i, err)
+			}
 		}
 		switch r.Kind {
 		case KindEntry:
 			e := *r.Entry
 			if e.ID == "" {
 				e.ID = ulid.Make().String()
-			} else if known(e.ID, inBatch) {
+			} else if (p == nil || !p.generated) && known(e.ID, inBatch) {
 				return nil, fmt.Errorf("record %d: %w: %s", i, ErrDuplicateEntry, e.ID)
 			}
 			if e.ParentID == "" {
@@ -149,12 +131,12 @@ func planAppend(tx *bolt.Tx, key Key, meta streamMeta, records []Record, now tim
 		}
 		out[i] = r
 	}
-	value, err := encodeBatch(out)
+	value, err := encodeBatchPre(out, pre)
 	if err != nil {
 		return nil, err
 	}
 	if len(value) > MaxBatchBytes {
-		return nil, fmt.Errorf("%w: batch of %d bytes (at most %d)", ErrInvalidRecord, len(value), MaxBatchBytes)
+		return nil, fmt.Errorf("%w: %w: %d bytes (at most %d)", ErrInvalidRecord, ErrBatchTooLarge, len(value), MaxBatchBytes)
 	}
 	p := &batchPlan{key: key, meta: meta, pos: meta.next, value: value, records: out}
 	p.meta.next += uint64(len(out))

@@ -77,6 +77,20 @@ func BenchmarkAppend(b *testing.B) {
 			b.ReportMetric(float64(writes)/float64(max(commits, 1)), "writes/commit")
 		})
 	}
+	// Admission is what a POST costs the log: the entry, its submission,
+	// queue and outbox entries, the instance index. Next to the ceilings,
+	// so that its ratio to them comes from one run.
+	b.Run("convlog-admit/writers=64", func(b *testing.B) {
+		db := openTestDB(b, nil)
+		ctx := context.Background()
+		runWriters(b, 64, func(w, _ int) error {
+			key := clog.Key{Agent: "bench", Instance: "i" + strconv.Itoa(w), Session: "s"}
+			_, _, err := db.Admit(ctx, clog.Admission{Key: key, Records: []clog.Record{clog.EntryRecord(clog.Entry{Type: clog.EntryUserMessage, Payload: payload})}})
+			return err
+		})
+		commits, writes := db.CommitStats()
+		b.ReportMetric(float64(writes)/float64(max(commits, 1)), "writes/commit")
+	})
 	// The ceilings: bare bbolt, the same record size, no engine logic.
 	value := bytes.Repeat([]byte("x"), benchRecordBytes)
 	b.Run("bbolt-batch-max64/writers=64", func(b *testing.B) {

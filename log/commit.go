@@ -25,6 +25,12 @@ type write struct {
 	done chan struct{}
 }
 
+// update runs fn in bbolt's write transaction with engine panics caught
+// (see guard): a damaged page fails this commit, not the process.
+func (db *DB) update(fn func(tx *bolt.Tx) error) error {
+	return guard(func() error { return db.bolt.Update(fn) })
+}
+
 // storageError marks a failure of bbolt itself inside a mutation.
 type storageError struct{ err error }
 
@@ -73,7 +79,14 @@ func (db *DB) commitLoop() {
 func (db *DB) commit(batch []*write) {
 	touched := make([][]byte, len(batch))
 	notes := &commitNotes{}
-	err := db.bolt.Update(func(tx *bolt.Tx) error {
+	began := time.Now()
+	var synced time.Duration
+	err := db.update(func(tx *bolt.Tx) error {
+		if db.opts.Observer != nil {
+			// Commit adds the time spent writing and fsyncing pages to
+			// the transaction's stats before it calls its handlers.
+			tx.OnCommit(func() { st := tx.Stats(); synced = st.GetWriteTime() })
+		}
 		now := db.opts.Now().UTC()
 		*notes = commitNotes{}
 		for i, w := range batch {
@@ -104,14 +117,29 @@ func (db *DB) commit(batch []*write) {
 		if errors.As(err, &se) {
 			err = se.err
 		}
+		db.health.panicked(err)
+		err = classify(err)
+		db.health.failed(err)
 		batch[0].err = fmt.Errorf("commit: %w", err)
 		touched[0] = nil
+	} else {
+		db.health.succeeded()
 	}
 	db.stats.commits.Add(1)
 	db.stats.writes.Add(uint64(len(batch)))
+	if err == nil && db.opts.Observer != nil {
+		db.opts.Observer.Committed(len(batch), time.Since(began), synced)
+	}
 	if err == nil {
 		// Before the wake-ups: woken readers find the new batches cached.
 		db.tails.apply(notes)
+		// A write that removes streams wakes their readers itself: one
+		// touched key per write cannot name them all.
+		for _, ev := range notes.events {
+			if ev.gone {
+				db.notify.wake(ev.key)
+			}
+		}
 	}
 	for i, w := range batch {
 		if touched[i] != nil {

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 )
 
 // Bucket names. Few large buckets, fixed-width big-endian integer keys where
@@ -22,9 +25,15 @@ var (
 	bucketIdem        = []byte("idempotency") // agent 0 instance 0 key -> idemRecord JSON
 	bucketIdemExpiry  = []byte("idem-expiry") // unixnano(8) agent 0 instance 0 key -> nil
 	bucketMeta        = []byte("meta")
+	// The instances index and ended generations: see instances.go.
+	bucketInstances = []byte("instances")         // agent 0 instance -> instanceMeta JSON
+	bucketActivity  = []byte("instance-activity") // agent 0 unixnano(8) instance -> nil
+	bucketArchive   = []byte("archived-streams")  // agent 0 instance 0 uid 0 session -> streamMeta
+	bucketEnded     = []byte("ended-generations") // agent 0 instance 0 uid -> unixnano(8)
 
 	allBuckets = [][]byte{bucketStreams, bucketBatches, bucketEntries, bucketSubmissions,
-		bucketQueue, bucketOutbox, bucketIdem, bucketIdemExpiry, bucketMeta}
+		bucketQueue, bucketOutbox, bucketIdem, bucketIdemExpiry, bucketMeta,
+		bucketInstances, bucketActivity, bucketArchive, bucketEnded}
 )
 
 // Options tune Open. The zero value is sensible.
@@ -41,6 +50,14 @@ type Options struct {
 	IdempotencyTTL time.Duration
 	// Now is the clock, for tests. Default time.Now.
 	Now func() time.Time
+	// Observer is told about each commit, for metrics. May be nil.
+	Observer Observer
+	// Check is how much of an existing file Open reads before it serves
+	// (see CheckMode). Default CheckFull.
+	Check CheckMode
+	// Logger gets the storage's state changes: disk full and recovered,
+	// an engine panic. Default slog.Default().
+	Logger *slog.Logger
 }
 
 func (o *Options) withDefaults() Options {
@@ -63,13 +80,17 @@ func (o *Options) withDefaults() Options {
 	if r.Now == nil {
 		r.Now = time.Now
 	}
+	if r.Logger == nil {
+		r.Logger = slog.Default()
+	}
 	return r
 }
 
 // DB is an open log. It is safe for concurrent use.
 type DB struct {
-	bolt *bolt.DB
-	opts Options
+	bolt     *bolt.DB
+	opts     Options
+	instance string // InstanceID
 
 	writes    chan *write
 	mu        sync.RWMutex // guards closed against sends on writes
@@ -80,44 +101,69 @@ type DB struct {
 	notify notifier
 	tails  tails
 	stats  commitStats
+	health health
 }
 
-// Open opens (creating if needed) the log at path.
+// Open opens (creating if needed) the log at path. An existing file is
+// checked first (Options.Check): a damaged one gives a *CorruptError
+// (ErrCorrupt), one another process holds gives ErrLocked.
 func Open(path string, opts *Options) (*DB, error) {
 	o := opts.withDefaults()
-	b, err := bolt.Open(path, 0o600, &bolt.Options{
-		Timeout:         o.LockTimeout,
-		InitialMmapSize: o.InitialMmapSize,
-		FreelistType:    bolt.FreelistMapType,
-		// The freelist is rebuilt by scanning at open instead of being
-		// written on every commit (as etcd does): fewer pages per commit,
-		// and nothing less durable: data and meta pages are fsynced as
-		// before.
-		NoFreelistSync: true,
+	if info, err := os.Stat(path); err == nil && info.Size() > 0 {
+		if _, err := Check(path, o.Check, o.LockTimeout); err != nil {
+			return nil, err
+		}
+	}
+	var b *bolt.DB
+	err := guard(func() (err error) {
+		b, err = bolt.Open(path, 0o600, &bolt.Options{
+			Timeout:         o.LockTimeout,
+			InitialMmapSize: o.InitialMmapSize,
+			FreelistType:    bolt.FreelistMapType,
+			// The freelist is rebuilt by scanning at open instead of being
+			// written on every commit (as etcd does): fewer pages per commit,
+			// and nothing less durable: data and meta pages are fsynced as
+			// before.
+			NoFreelistSync: true,
+		})
+		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("open log %s: %w", path, err)
+		return nil, openError(path, err)
 	}
-	if err := b.Update(func(tx *bolt.Tx) error {
-		for _, name := range allBuckets {
-			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
-				return err
+	if err := guard(func() error {
+		return b.Update(func(tx *bolt.Tx) error {
+			for _, name := range allBuckets {
+				if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+					return err
+				}
 			}
-		}
-		return nil
+			return nil
+		})
 	}); err != nil {
 		_ = b.Close()
-		return nil, fmt.Errorf("open log %s: create buckets: %w", path, err)
+		if errors.Is(err, ErrCorrupt) {
+			return nil, openError(path, err)
+		}
+		return nil, fmt.Errorf("open log %s: create buckets: %w", path, classify(err))
+	}
+	instance, err := ensureInstanceID(b)
+	if err != nil {
+		_ = b.Close()
+		return nil, fmt.Errorf("open log %s: %w", path, err)
 	}
 	db := &DB{
 		bolt:      b,
 		opts:      o,
+		instance:  instance,
 		writes:    make(chan *write, o.MaxWritesPerCommit),
 		done:      make(chan struct{}),
 		committed: make(chan struct{}),
 		notify:    notifier{slots: map[string]*waitSlot{}},
 		tails:     tails{m: map[string]*tail{}},
 	}
+	db.health.logger = o.Logger
+	db.health.path = path
 	go db.commitLoop()
 	return db, nil
 }
@@ -183,9 +229,10 @@ func (db *DB) view(fn func(tx *bolt.Tx) error) error {
 	if closed {
 		return ErrClosed
 	}
-	err := db.bolt.View(fn)
-	if errors.Is(err, bolt.ErrDatabaseNotOpen) {
+	err := guard(func() error { return db.bolt.View(fn) })
+	if errors.Is(err, bolterrors.ErrDatabaseNotOpen) {
 		return ErrClosed
 	}
+	db.health.panicked(err)
 	return err
 }

@@ -2,13 +2,22 @@
 // offset-addressed record streams, one per conversation session, kept in a
 // single bbolt file together with the submissions that feed them.
 //
-// The package owns the record types (Record, Entry and the payloads of the
-// built-in entry types), stream addressing (Key, Offset, Incarnation), the
-// submission lifecycle (admitted, running, settled) and the group committer
-// that makes every write durable before it returns. It imports nothing else of
-// convlog's and knows nothing of HTTP or NATS.
+// The record types (Record, Entry, the payloads of the built-in entry types,
+// Key, Offset, Incarnation, Submission) are package log/record's, re-exported
+// here under the same names; this package owns storing them: stream
+// addressing, the submission lifecycle (admitted, running, settled) and the
+// group committer that makes every write durable before it returns. It
+// imports nothing of convlog's but log/record and knows nothing of HTTP or
+// NATS.
 //
-// The verbs are few: Admit, Append, Start, Settle, Reset, Read and Wait. Every
-// write is one bbolt transaction shared with concurrent writers (group commit)
-// and returns only after that transaction's fsync.
+// The verbs:
+//   - writes: Admit (a delivery and its submission), Write (records,
+//     submission starts and settlements in one transaction; Append is its
+//     records-only form), Reset (a new incarnation), ExpireIdempotencyKeys;
+//   - reads: Read (a page from an offset), Tail, Submission, Pending,
+//     Unsettled, Unpublished and MarkPublished (the outbox);
+//   - waiting: Wait, Changed, Done.
+//
+// Every write is one bbolt transaction shared with concurrent writers (group
+// commit) and returns only after that transaction's fsync.
 package log

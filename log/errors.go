@@ -1,20 +1,25 @@
 package log
 
-import "errors"
+import (
+	"errors"
 
-// Sentinel errors that callers branch on. Returned errors wrap them with
+	"github.com/convlog/convlog/log/record"
+)
+
+// Sentinel errors that callers branch on. ErrInvalidName, ErrInvalidOffset
+// and ErrInvalidRecord are package record's. Returned errors wrap them with
 // context; test with errors.Is.
 var (
-	// ErrInvalidName: an agent, instance or session name outside the
-	// allowed character set or length.
-	ErrInvalidName = errors.New("invalid name")
-	// ErrInvalidOffset: an offset string that is not of our making.
-	ErrInvalidOffset = errors.New("invalid offset")
+	ErrInvalidName   = record.ErrInvalidName
+	ErrInvalidOffset = record.ErrInvalidOffset
 	// ErrUnknownOffset: a well-formed offset that this stream's current
 	// incarnation never produced.
 	ErrUnknownOffset = errors.New("offset not produced by this stream")
-	// ErrInvalidRecord: a record or entry the engine refuses to store.
-	ErrInvalidRecord = errors.New("invalid record")
+	ErrInvalidRecord = record.ErrInvalidRecord
+	// ErrBatchTooLarge: a batch whose stored form is over MaxBatchBytes. It
+	// is also an ErrInvalidRecord; a producer that can split what it
+	// writes branches on this one.
+	ErrBatchTooLarge = errors.New("batch too large")
 	// ErrUnknownEntry: a parent or truncation target that is not an entry
 	// of the stream.
 	ErrUnknownEntry = errors.New("unknown entry")
@@ -36,6 +41,23 @@ var (
 	// ErrIncarnationChanged: a write that expected an incarnation the
 	// stream no longer has (it was reset).
 	ErrIncarnationChanged = errors.New("stream incarnation changed")
+	// ErrStaleGeneration: a delivery that names a generation uid the
+	// instance no longer has (see StaleGenerationError).
+	ErrStaleGeneration = errors.New("stale generation")
+	// ErrNotOnPath: a rewind, regenerate or fork to an entry that is not
+	// a user message on the active path.
+	ErrNotOnPath = errors.New("entry not on the active path")
+	// ErrConflict: a fork into a conversation that exists.
+	ErrConflict = errors.New("conversation exists")
+	// ErrInstanceNotFound: no instance of that name (or it was deleted).
+	ErrInstanceNotFound = errors.New("instance not found")
 	// ErrClosed: the database is closed.
 	ErrClosed = errors.New("log closed")
+	// ErrCorrupt: the file is damaged (a bad meta page, a truncated file,
+	// a page bbolt panicked on). Restore from a backup.
+	ErrCorrupt = errors.New("log file damaged")
+	// ErrNoSpace: a write failed because the file system is full (ENOSPC)
+	// or the quota is exhausted (EDQUOT). Nothing of it was stored; it
+	// succeeds again once there is space.
+	ErrNoSpace = errors.New("no space left for the log")
 )

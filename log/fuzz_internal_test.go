@@ -48,7 +48,7 @@ func FuzzParseOffset(f *testing.F) {
 		if string(o) != s {
 			t.Fatalf("ParseOffset(%q) = %q", s, o)
 		}
-		pos, err := o.position()
+		pos, err := o.Position()
 		if err != nil || pos != n || offsetOf(pos) != o {
 			t.Fatalf("%q: position %d %v, offsetOf %q", s, pos, err, offsetOf(pos))
 		}
@@ -93,11 +93,11 @@ func FuzzValidateName(f *testing.F) {
 				t.Fatalf("ValidateName accepts %q of %d bytes", name, len(name))
 			}
 		}
-		k := Key{agent, instance, session}
+		k := Key{Agent: agent, Instance: instance, Session: session}
 		if err := k.Validate(); (err == nil) != valid {
 			t.Fatalf("%q.Validate() = %v, names valid %v", k, err, valid)
 		}
-		got, err := decodeKey(k.encode())
+		got, err := decodeKey(encodeKey(k))
 		if valid {
 			if err != nil || got != k {
 				t.Fatalf("decodeKey(encode(%q)) = %q, %v", k, got, err)
@@ -108,8 +108,8 @@ func FuzzValidateName(f *testing.F) {
 		// Arbitrary stored bytes: no panic; what is accepted re-encodes
 		// to the same bytes.
 		raw := []byte(agent)
-		if k2, err := decodeKey(raw); err == nil && !bytes.Equal(k2.encode(), raw) {
-			t.Fatalf("decodeKey(%q) = %q, which encodes as %q", raw, k2, k2.encode())
+		if k2, err := decodeKey(raw); err == nil && !bytes.Equal(encodeKey(k2), raw) {
+			t.Fatalf("decodeKey(%q) = %q, which encodes as %q", raw, k2, encodeKey(k2))
 		}
 	})
 }
@@ -321,7 +321,7 @@ func FuzzAppendRead(f *testing.F) {
 		// records (1-4), bits 2-5 which of them are truncations. Record i
 		// has id id+i (when id is set); truncations rewind to entry 0.
 		// Entries have timestamp ts seconds after the epoch (0: unset).
-		key := Key{"fuzz", "i", "s" + strconv.FormatUint(streams.Add(1), 10)}
+		key := Key{Agent: "fuzz", Instance: "i", Session: "s" + strconv.FormatUint(streams.Add(1), 10)}
 		n := 1 + int(shape&3)
 		recs := make([]Record, n)
 		for i := range recs {
@@ -425,7 +425,7 @@ func TestInvalidUTF8Rejected(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	key := Key{"a", "i", "s"}
+	key := Key{Agent: "a", Instance: "i", Session: "s"}
 	bad := []Record{
 		EntryRecord(Entry{ID: "\xff", Type: "t"}),
 		EntryRecord(Entry{Type: "t\xfe"}),

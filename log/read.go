@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 
-	"github.com/oklog/ulid/v2"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -19,50 +17,29 @@ const (
 	MaxReadBytes     = 4 << 20 // bytes of records
 )
 
-// ReadResult is a page of a stream.
-type ReadResult struct {
-	// Incarnation is empty (JSON null) for a stream that does not exist.
-	Incarnation Incarnation `json:"incarnation"`
-	Batches     []Batch     `json:"batches"`
-	// NextOffset is where the next read continues.
-	NextOffset Offset `json:"nextOffset"`
-	// UpToDate is true when the read reached the tail.
-	UpToDate bool `json:"upToDate"`
-	// Remaining is how many records followed NextOffset when the read was
-	// made: how far behind the tail the reader still is. Servers use it to
-	// notice a live reader that falls behind; it is not on the wire.
-	Remaining uint64 `json:"-"`
-}
-
-// MarshalJSON writes the empty incarnation as null.
-func (i Incarnation) MarshalJSON() ([]byte, error) {
-	if i == "" {
-		return []byte("null"), nil
-	}
-	return json.Marshal(string(i))
-}
-
-// UnmarshalJSON reads null as the empty incarnation.
-func (i *Incarnation) UnmarshalJSON(b []byte) error {
-	if bytes.Equal(b, []byte("null")) {
-		*i = ""
-		return nil
-	}
-	return json.Unmarshal(b, (*string)(i))
-}
-
 // Read returns the batches from offset on, up to limit records (0 means
 // DefaultReadLimit). A stream that does not exist reads as no incarnation
 // and no batches; an offset the stream never produced is ErrUnknownOffset.
 // The cost is that of the records returned, whatever the offset.
 func (db *DB) Read(ctx context.Context, key Key, offset Offset, limit int) (ReadResult, error) {
+	return db.ReadBytes(ctx, key, offset, limit, MaxReadBytes)
+}
+
+// ReadBytes is Read with a smaller bound on the bytes of records than
+// MaxReadBytes (0 or more means MaxReadBytes): for a reader that holds the
+// page while a slow client takes it. The first batch is returned whole
+// whatever its size.
+func (db *DB) ReadBytes(ctx context.Context, key Key, offset Offset, limit, maxBytes int) (ReadResult, error) {
+	if maxBytes <= 0 || maxBytes > MaxReadBytes {
+		maxBytes = MaxReadBytes
+	}
 	if err := ctx.Err(); err != nil {
 		return ReadResult{}, err
 	}
 	if err := key.Validate(); err != nil {
 		return ReadResult{}, fmt.Errorf("read %s: %w", key, err)
 	}
-	pos, err := offset.position()
+	pos, err := offset.Position()
 	if err != nil {
 		return ReadResult{}, fmt.Errorf("read %s: %w", key, err)
 	}
@@ -73,14 +50,14 @@ func (db *DB) Read(ctx context.Context, key Key, offset Offset, limit int) (Read
 	if db.isClosed() {
 		return ReadResult{}, fmt.Errorf("read %s: %w", key, ErrClosed)
 	}
-	if res, ok := db.tails.read(string(key.encode()), pos, limit); ok {
+	if res, ok := db.tails.read(string(encodeKey(key)), pos, limit, maxBytes); ok {
 		return res, nil
 	}
-	return db.readStore(key, offset, pos, limit)
+	return db.readStore(key, offset, pos, limit, maxBytes)
 }
 
 // readStore is Read from bbolt, bypassing the tail cache.
-func (db *DB) readStore(key Key, offset Offset, pos uint64, limit int) (ReadResult, error) {
+func (db *DB) readStore(key Key, offset Offset, pos uint64, limit, maxBytes int) (ReadResult, error) {
 	res := ReadResult{Batches: []Batch{}, NextOffset: offset, UpToDate: true}
 	err := db.view(func(tx *bolt.Tx) error {
 		meta, ok, err := loadStream(tx, key)
@@ -112,7 +89,7 @@ func (db *DB) readStore(key Key, offset Offset, pos uint64, limit int) (ReadResu
 			if err != nil {
 				return fmt.Errorf("batch at %d: %w", binary.BigEndian.Uint64(k[8:]), err)
 			}
-			if len(res.Batches) > 0 && (records+int(count) > limit || size+len(array) > MaxReadBytes) {
+			if len(res.Batches) > 0 && (records+int(count) > limit || size+len(array) > maxBytes) {
 				break
 			}
 			at := binary.BigEndian.Uint64(k[8:])
@@ -156,7 +133,7 @@ func (db *DB) Tail(ctx context.Context, key Key) (Incarnation, Offset, error) {
 	if err := key.Validate(); err != nil {
 		return "", "", fmt.Errorf("tail %s: %w", key, err)
 	}
-	if inc, next, ok := db.tails.tailOf(string(key.encode())); ok && !db.isClosed() {
+	if inc, next, ok := db.tails.tailOf(string(encodeKey(key))); ok && !db.isClosed() {
 		return inc, offsetOf(next), nil
 	}
 	var meta streamMeta
@@ -172,15 +149,4 @@ func (db *DB) Tail(ctx context.Context, key Key) (Incarnation, Offset, error) {
 		return "", Start, nil
 	}
 	return incarnationOf(meta.inc), offsetOf(meta.next), nil
-}
-
-// ParseIncarnation checks the form of an incarnation from outside.
-func ParseIncarnation(s string) (Incarnation, error) {
-	if len(s) != len(incarnationPrefix)+ulid.EncodedSize || s[:len(incarnationPrefix)] != incarnationPrefix {
-		return "", fmt.Errorf("invalid incarnation %q", truncate(s))
-	}
-	if _, err := ulid.ParseStrict(s[len(incarnationPrefix):]); err != nil {
-		return "", fmt.Errorf("invalid incarnation %q: %w", truncate(s), err)
-	}
-	return Incarnation(s), nil
 }

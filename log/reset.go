@@ -56,7 +56,7 @@ func (db *DB) Reset(ctx context.Context, key Key) (Incarnation, error) {
 			}
 			inc = incarnationOf(meta.inc)
 			return nil
-		}, key.encode(), nil
+		}, encodeKey(key), nil
 	}}
 	if err := db.submit(ctx, op); err != nil {
 		return "", fmt.Errorf("reset %s: %w", key, err)
@@ -67,26 +67,9 @@ func (db *DB) Reset(ctx context.Context, key Key) (Incarnation, error) {
 // deleteRecords removes a stream's batches and the index of their entries.
 func deleteRecords(tx *bolt.Tx, streamID uint64) error {
 	entries := tx.Bucket(bucketEntries)
-	c := tx.Bucket(bucketBatches).Cursor()
 	var ids []string
-	for k, v := c.Seek(u64(streamID)); k != nil && binary.BigEndian.Uint64(k) == streamID; k, v = c.Next() {
-		_, array, err := decodeBatchHeader(v)
-		if err != nil {
-			return err
-		}
-		var recs []struct {
-			Entry *struct {
-				ID string `json:"id"`
-			} `json:"entry"`
-		}
-		if err := json.Unmarshal(array, &recs); err != nil {
-			return err
-		}
-		for _, r := range recs {
-			if r.Entry != nil {
-				ids = append(ids, r.Entry.ID)
-			}
-		}
+	if err := streamEntries(tx, streamID, func(id, _ string) { ids = append(ids, id) }); err != nil {
+		return err
 	}
 	for _, id := range ids {
 		if err := entries.Delete(entryKey(streamID, id)); err != nil {
@@ -94,6 +77,33 @@ func deleteRecords(tx *bolt.Tx, streamID uint64) error {
 		}
 	}
 	return deletePrefix(tx.Bucket(bucketBatches), u64(streamID))
+}
+
+// streamEntries calls fn with the id and submission id of every entry
+// stored for the stream, in stream order.
+func streamEntries(tx *bolt.Tx, streamID uint64, fn func(id, submissionID string)) error {
+	c := tx.Bucket(bucketBatches).Cursor()
+	for k, v := c.Seek(u64(streamID)); k != nil && binary.BigEndian.Uint64(k) == streamID; k, v = c.Next() {
+		_, array, err := decodeBatchHeader(v)
+		if err != nil {
+			return err
+		}
+		var recs []struct {
+			Entry *struct {
+				ID           string `json:"id"`
+				SubmissionID string `json:"submissionId"`
+			} `json:"entry"`
+		}
+		if err := json.Unmarshal(array, &recs); err != nil {
+			return err
+		}
+		for _, r := range recs {
+			if r.Entry != nil {
+				fn(r.Entry.ID, r.Entry.SubmissionID)
+			}
+		}
+	}
+	return nil
 }
 
 // deletePrefix collects, then deletes: deleting under a cursor skips keys.

@@ -9,14 +9,6 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// Incarnation identifies a stream's producer generation. It changes when the
-// stream is reset; offsets of one incarnation mean nothing in another.
-type Incarnation string
-
-const incarnationPrefix = "inc_"
-
-func incarnationOf(id ulid.ULID) Incarnation { return Incarnation(incarnationPrefix + id.String()) }
-
 // streamMeta is a stream's row in the streams bucket.
 type streamMeta struct {
 	id      uint64    // internal, prefixes the stream's batch and entry keys
@@ -53,7 +45,7 @@ func decodeStreamMeta(b []byte) (streamMeta, error) {
 
 // loadStream reads a stream's meta; ok is false when it does not exist.
 func loadStream(tx *bolt.Tx, key Key) (m streamMeta, ok bool, err error) {
-	v := tx.Bucket(bucketStreams).Get(key.encode())
+	v := tx.Bucket(bucketStreams).Get(encodeKey(key))
 	if v == nil {
 		return streamMeta{}, false, nil
 	}
@@ -79,7 +71,7 @@ func (m *streamMeta) store(tx *bolt.Tx, key Key) error {
 		}
 		m.id = id
 	}
-	return streams.Put(key.encode(), m.encode())
+	return streams.Put(encodeKey(key), m.encode())
 }
 
 func u64(v uint64) []byte {

@@ -247,3 +247,50 @@ func TestAdmitStartTurn(t *testing.T) {
 		t.Fatalf("pending %+v", p)
 	}
 }
+
+func TestUnsettledPages(t *testing.T) {
+	db := openTestDB(t, nil)
+	ctx := context.Background()
+	var want []string
+	for i := range 7 {
+		k := clog.Key{Agent: "a", Instance: "i", Session: "s" + strconv.Itoa(i%3)}
+		s, _, err := db.Admit(ctx, clog.Admission{Key: k, Records: []clog.Record{userEntry("x")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, s.ID)
+	}
+	all, err := db.Unsettled(ctx, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	var cur clog.ScanCursor
+	for pages := 0; ; pages++ {
+		page, next, err := db.UnsettledPage(ctx, cur, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range page {
+			got = append(got, s.ID)
+		}
+		if next == "" {
+			if pages != 2 {
+				t.Fatalf("%d pages", pages+1)
+			}
+			break
+		}
+		cur = next
+	}
+	if len(got) != len(want) {
+		t.Fatalf("paged %v, want %d", got, len(want))
+	}
+	for i := range all {
+		if all[i].ID != got[i] {
+			t.Fatalf("page order %v, scan order %+v", got, all)
+		}
+	}
+	if _, _, err := db.UnsettledPage(ctx, "zz", 3); !errors.Is(err, clog.ErrInvalidRecord) {
+		t.Fatalf("bad cursor: %v", err)
+	}
+}

@@ -15,13 +15,13 @@ import (
 func getSubmission(tx *bolt.Tx, id string) (*storedSubmission, error) {
 	v := tx.Bucket(bucketSubmissions).Get([]byte(id))
 	if v == nil {
-		return nil, fmt.Errorf("%w: %s", ErrSubmissionNotFound, truncate(id))
+		return nil, fmt.Errorf("%w: %s", ErrSubmissionNotFound, clip(id))
 	}
 	var s storedSubmission
 	if err := json.Unmarshal(v, &s); err != nil {
 		return nil, fmt.Errorf("submission %s: %w", id, err)
 	}
-	s.Key = Key{s.Agent, s.Instance, s.Session}
+	s.Key = Key{Agent: s.Agent, Instance: s.Instance, Session: s.Session}
 	return &s, nil
 }
 

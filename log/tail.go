@@ -50,6 +50,7 @@ type noteEvent struct {
 	key   string
 	inc   Incarnation
 	reset bool
+	gone  bool // the stream was removed (its instance deleted)
 	batch cachedBatch
 	next  uint64
 }
@@ -57,7 +58,7 @@ type noteEvent struct {
 func (n *commitNotes) batch(p *batchPlan) {
 	_, k := binary.Uvarint(p.value)
 	n.events = append(n.events, noteEvent{
-		key:   string(p.key.encode()),
+		key:   string(encodeKey(p.key)),
 		inc:   incarnationOf(p.meta.inc),
 		batch: cachedBatch{pos: p.pos, count: uint64(len(p.records)), records: p.value[k:]},
 		next:  p.meta.next,
@@ -65,7 +66,11 @@ func (n *commitNotes) batch(p *batchPlan) {
 }
 
 func (n *commitNotes) reset(key Key, m streamMeta) {
-	n.events = append(n.events, noteEvent{key: string(key.encode()), inc: incarnationOf(m.inc), reset: true, next: m.next})
+	n.events = append(n.events, noteEvent{key: string(encodeKey(key)), inc: incarnationOf(m.inc), reset: true, next: m.next})
+}
+
+func (n *commitNotes) gone(key Key) {
+	n.events = append(n.events, noteEvent{key: string(encodeKey(key)), gone: true})
 }
 
 func (t *tails) subscribe(k string) {
@@ -102,6 +107,9 @@ func (t *tails) apply(n *commitNotes) {
 			continue
 		}
 		switch {
+		case ev.gone:
+			// Reads go to bbolt, which knows the stream is gone.
+			e.valid, e.inc, e.next, e.batches, e.bytes = false, "", 0, nil, 0
 		case ev.reset:
 			e.valid, e.inc, e.next, e.batches, e.bytes = true, ev.inc, ev.next, nil, 0
 		case e.valid && e.inc == ev.inc && e.next == ev.batch.pos:
@@ -121,7 +129,7 @@ func (t *tails) apply(n *commitNotes) {
 }
 
 // read answers a Read from the cache, if it can exactly.
-func (t *tails) read(k string, pos uint64, limit int) (ReadResult, bool) {
+func (t *tails) read(k string, pos uint64, limit, maxBytes int) (ReadResult, bool) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	e := t.m[k]
@@ -139,7 +147,7 @@ func (t *tails) read(k string, pos uint64, limit int) (ReadResult, bool) {
 	records, size := 0, 0
 	next := pos
 	for _, b := range e.batches[i:] {
-		if len(res.Batches) > 0 && (records+int(b.count) > limit || size+len(b.records) > MaxReadBytes) {
+		if len(res.Batches) > 0 && (records+int(b.count) > limit || size+len(b.records) > maxBytes) {
 			break
 		}
 		res.Batches = append(res.Batches, Batch{Offset: offsetOf(b.pos), Count: int(b.count), Records: b.records})

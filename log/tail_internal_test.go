@@ -24,7 +24,7 @@ func TestTailCacheMatchesStore(t *testing.T) {
 		}
 		defer db.Close()
 		ctx := context.Background()
-		key := Key{"a", "i", "s"}
+		key := Key{Agent: "a", Instance: "i", Session: "s"}
 		var offsets []Offset // every offset produced, any incarnation
 		offsets = append(offsets, Start)
 		var releases []func()
@@ -62,8 +62,8 @@ func TestTailCacheMatchesStore(t *testing.T) {
 			off := rapid.SampledFrom(offsets).Draw(rt, "offset")
 			limit := rapid.IntRange(1, 12).Draw(rt, "limit")
 			got, gerr := db.Read(ctx, key, off, limit)
-			pos, _ := off.position()
-			want, werr := db.readStore(key, off, pos, limit)
+			pos, _ := off.Position()
+			want, werr := db.readStore(key, off, pos, limit, MaxReadBytes)
 			if (gerr == nil) != (werr == nil) {
 				rt.Fatalf("read %s limit %d: cache err %v, store err %v", off, limit, gerr, werr)
 			}

@@ -53,7 +53,7 @@ func (n *notifier) wake(k string) {
 // Subscribe first, then read: a commit in between still closes the channel.
 // Call release when done with it, whether or not it fired.
 func (db *DB) Changed(key Key) (ch <-chan struct{}, release func()) {
-	k := string(key.encode())
+	k := string(encodeKey(key))
 	db.tails.subscribe(k)
 	ch, unsubscribe := db.notify.subscribe(k)
 	return ch, func() {

@@ -53,9 +53,12 @@ func (db *DB) Write(ctx context.Context, w Write) (Appended, error) {
 		return Appended{}, fmt.Errorf("write %s: %w: nothing to write", w.Key, ErrInvalidRecord)
 	}
 	var res Appended
+	// Encoded here, not in the single committer.
+	var pre []*preEncoded
+	w.Records, pre = preEncode(w.Records)
 	op := &write{prepare: func(tx *bolt.Tx, now time.Time, notes *commitNotes) (func() error, []byte, error) {
 		res = Appended{}
-		return prepareWrite(tx, w, now, notes, &res)
+		return prepareWrite(tx, w, pre, now, notes, &res)
 	}}
 	if err := db.submit(ctx, op); err != nil {
 		return Appended{}, fmt.Errorf("write %s: %w", w.Key, err)
@@ -63,7 +66,7 @@ func (db *DB) Write(ctx context.Context, w Write) (Appended, error) {
 	return res, nil
 }
 
-func prepareWrite(tx *bolt.Tx, w Write, now time.Time, notes *commitNotes, res *Appended) (func() error, []byte, error) {
+func prepareWrite(tx *bolt.Tx, w Write, pre []*preEncoded, now time.Time, notes *commitNotes, res *Appended) (func() error, []byte, error) {
 	meta, exists, err := loadStream(tx, w.Key)
 	if err != nil {
 		return nil, nil, err
@@ -136,7 +139,11 @@ func prepareWrite(tx *bolt.Tx, w Write, now time.Time, notes *commitNotes, res *
 	}
 	var plan *batchPlan
 	if len(records) > 0 {
-		if plan, err = planAppend(tx, w.Key, meta, records, now); err != nil {
+		if len(pre) < len(records) {
+			// The settlements are encoded here: they need the stored turn.
+			pre = append(pre[:len(pre):len(pre)], make([]*preEncoded, len(records)-len(pre))...)
+		}
+		if plan, err = planAppendPre(tx, w.Key, meta, records, pre, now); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -164,7 +171,7 @@ func prepareWrite(tx *bolt.Tx, w Write, now time.Time, notes *commitNotes, res *
 	}
 	var touched []byte
 	if plan != nil {
-		touched = w.Key.encode()
+		touched = encodeKey(w.Key)
 	}
 	return mutate, touched, nil
 }

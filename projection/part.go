@@ -4,12 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 
-	"github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 )
 
 // Part types of a projected message. Text, reasoning, file and data keep
-// their payload names (log.PartText, log.PartReasoning, log.PartFile,
-// log.PartData); a payload's tool-call becomes a tool part, because the
+// their payload names (record.PartText, record.PartReasoning, record.PartFile,
+// record.PartData); a payload's tool-call becomes a tool part, because the
 // projected part covers the whole call, result included.
 const PartTool = "tool"
 
@@ -44,23 +44,23 @@ type Part struct {
 	Data       json.RawMessage `json:"data,omitempty"`
 }
 
-func partFromPayload(p log.Part) (Part, bool) {
+func partFromPayload(p record.Part) (Part, bool) {
 	switch p.Type {
-	case log.PartText, log.PartReasoning:
+	case record.PartText, record.PartReasoning:
 		return Part{Type: p.Type, Text: p.Text}, true
-	case log.PartToolCall:
+	case record.PartToolCall:
 		return Part{Type: PartTool, ToolCallID: p.ToolCallID, ToolName: p.ToolName, State: StateInputAvailable, Input: p.Input}, true
-	case log.PartFile:
-		return Part{Type: log.PartFile, MediaType: p.MediaType, URL: p.URL, Filename: p.Filename}, true
-	case log.PartData:
-		return Part{Type: log.PartData, Name: p.Name, Data: p.Data}, true
+	case record.PartFile:
+		return Part{Type: record.PartFile, MediaType: p.MediaType, URL: p.URL, Filename: p.Filename}, true
+	case record.PartData:
+		return Part{Type: record.PartData, Name: p.Name, Data: p.Data}, true
 	}
 	return Part{}, false
 }
 
 // withResult is the tool part p once result r has arrived. The raw output is
 // kept on errors too: errorText is for people, the output may be for code.
-func (p Part) withResult(r *log.ToolResultPayload) Part {
+func (p Part) withResult(r *record.ToolResultPayload) Part {
 	p.Output = r.Output
 	if p.ToolName == "" {
 		p.ToolName = r.ToolName
@@ -100,7 +100,7 @@ func (p Part) clone() Part {
 // MarshalJSON writes the fields of the part's type and no others.
 func (p Part) MarshalJSON() ([]byte, error) {
 	switch p.Type {
-	case log.PartText, log.PartReasoning:
+	case record.PartText, record.PartReasoning:
 		return json.Marshal(struct {
 			Type string `json:"type"`
 			Text string `json:"text"`
@@ -123,14 +123,14 @@ func (p Part) MarshalJSON() ([]byte, error) {
 			t.ErrorText = &p.ErrorText
 		}
 		return json.Marshal(t)
-	case log.PartFile:
+	case record.PartFile:
 		return json.Marshal(struct {
 			Type      string `json:"type"`
 			MediaType string `json:"mediaType"`
 			URL       string `json:"url"`
 			Filename  string `json:"filename,omitempty"`
 		}{p.Type, p.MediaType, p.URL, p.Filename})
-	case log.PartData:
+	case record.PartData:
 		return json.Marshal(struct {
 			Type string          `json:"type"`
 			Name string          `json:"name"`

@@ -1,6 +1,6 @@
 package projection
 
-import "github.com/convlog/convlog/log"
+import "github.com/convlog/convlog/log/record"
 
 // ActivePath is the entries on the active path after records, root first,
 // found from parent links alone: the chain of ParentID from the final leaf
@@ -12,24 +12,24 @@ import "github.com/convlog/convlog/log"
 // An entry whose parent was never seen ends the chain here, where the
 // Projector would have hung it on the leaf of the moment; the two agree
 // whenever every parent is known, as it is in anything the engine stores.
-func ActivePath(records []log.Record) []log.Entry {
-	entries := make(map[string]*log.Entry)
+func ActivePath(records []record.Record) []record.Entry {
+	entries := make(map[string]*record.Entry)
 	known := func(id string) bool { return entries[id] != nil }
 	leaf := ""
 	for i := range records {
 		switch r := &records[i]; r.Kind {
-		case log.KindEntry:
+		case record.KindEntry:
 			if e := r.Entry; e != nil && e.ID != "" && !known(e.ID) {
 				entries[e.ID] = e
 				leaf = e.ID
 			}
-		case log.KindTruncated:
+		case record.KindTruncated:
 			if l, ok := truncationLeaf(r, known); ok {
 				leaf = l
 			}
 		}
 	}
-	var path []log.Entry
+	var path []record.Entry
 	// Records the engine never wrote can make the links a loop.
 	seen := make(map[string]bool)
 	for id := leaf; id != "" && known(id) && !seen[id]; id = entries[id].ParentID {
@@ -46,7 +46,7 @@ func ActivePath(records []log.Record) []log.Entry {
 // rewoundTo when there is none ("" being the very start). ok is false when
 // that is an entry never seen: there is nowhere to move to, and dropping the
 // whole path on a guess would lose more than it fixes.
-func truncationLeaf(r *log.Record, known func(string) bool) (leaf string, ok bool) {
+func truncationLeaf(r *record.Record, known func(string) bool) (leaf string, ok bool) {
 	leaf = r.NewLeafID
 	if leaf == "" {
 		leaf = r.RewoundTo

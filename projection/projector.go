@@ -4,12 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 
-	"github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 )
 
 // Project is the view of records, read from the start of a stream. It is a
 // Projector fed everything at once, so that the two can never disagree.
-func Project(records []log.Record) View {
+func Project(records []record.Record) View {
 	p := NewProjector()
 	p.Apply(records...)
 	return p.View()
@@ -39,12 +39,12 @@ type Projector struct {
 	// order; a result goes to the last.
 	calls map[string][]partRef
 
-	settlements []log.Settlement
+	settlements []record.Settlement
 	settled     map[string]bool
 }
 
 type node struct {
-	entry log.Entry
+	entry record.Entry
 	// parent is where the entry joined the tree: its ParentID, or the leaf
 	// at the time when that parent was never seen.
 	parent string
@@ -76,12 +76,12 @@ func NewProjector() *Projector {
 }
 
 // Apply advances the view by records, in order.
-func (p *Projector) Apply(records ...log.Record) {
+func (p *Projector) Apply(records ...record.Record) {
 	for i := range records {
 		switch r := &records[i]; r.Kind {
-		case log.KindEntry:
+		case record.KindEntry:
 			p.entry(r.Entry)
-		case log.KindTruncated:
+		case record.KindTruncated:
 			if leaf, ok := truncationLeaf(r, p.known); ok {
 				p.checkout(leaf)
 			}
@@ -95,7 +95,7 @@ func (p *Projector) Apply(records ...log.Record) {
 func (p *Projector) View() View {
 	v := View{
 		Messages:    make([]Message, len(p.messages)),
-		Settlements: make([]log.Settlement, len(p.settlements)),
+		Settlements: make([]record.Settlement, len(p.settlements)),
 	}
 	for i, m := range p.messages {
 		v.Messages[i] = m.clone()
@@ -115,7 +115,7 @@ func (p *Projector) leaf() string {
 	return p.path[len(p.path)-1].node.entry.ID
 }
 
-func (p *Projector) entry(e *log.Entry) {
+func (p *Projector) entry(e *record.Entry) {
 	if e == nil || e.ID == "" || p.known(e.ID) {
 		return
 	}
@@ -129,7 +129,7 @@ func (p *Projector) entry(e *log.Entry) {
 	p.nodes[e.ID] = n
 	p.checkout(n.parent)
 	p.push(n)
-	if e.Type == log.EntrySettlement {
+	if e.Type == record.EntrySettlement {
 		p.settle(&n.entry)
 	}
 }
@@ -164,14 +164,14 @@ func (p *Projector) push(n *node) {
 	f := frame{node: n, msg: -1}
 	e := &n.entry
 	switch e.Type {
-	case log.EntryUserMessage, log.EntryAssistantMessage:
-		var pl log.MessagePayload
+	case record.EntryUserMessage, record.EntryAssistantMessage:
+		var pl record.MessagePayload
 		if json.Unmarshal(e.Payload, &pl) != nil {
 			break
 		}
-		role, purpose := RoleUser, log.PurposeUser
-		if e.Type == log.EntryAssistantMessage {
-			role, purpose = RoleAssistant, log.PurposeAssistant
+		role, purpose := RoleUser, record.PurposeUser
+		if e.Type == record.EntryAssistantMessage {
+			role, purpose = RoleAssistant, record.PurposeAssistant
 		}
 		f.msg = len(p.messages)
 		m := newMessage(e, &pl, role, purpose)
@@ -181,8 +181,8 @@ func (p *Projector) push(n *node) {
 			}
 		}
 		p.messages = append(p.messages, m)
-	case log.EntryToolResult:
-		var r log.ToolResultPayload
+	case record.EntryToolResult:
+		var r record.ToolResultPayload
 		if json.Unmarshal(e.Payload, &r) != nil {
 			break
 		}
@@ -229,8 +229,8 @@ func (p *Projector) pop() {
 
 // settle records a settlement unless its submission already has one. A
 // payload without a submission id falls back to the entry's.
-func (p *Projector) settle(e *log.Entry) {
-	var s log.Settlement
+func (p *Projector) settle(e *record.Entry) {
+	var s record.Settlement
 	if json.Unmarshal(e.Payload, &s) != nil {
 		return
 	}

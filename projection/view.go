@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 
-	"github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 )
 
 // Message roles.
@@ -15,12 +15,12 @@ const (
 
 // View is the projection of a record sequence.
 type View struct {
-	Messages    []Message        `json:"messages"`
-	Settlements []log.Settlement `json:"settlements"`
+	Messages    []Message           `json:"messages"`
+	Settlements []record.Settlement `json:"settlements"`
 }
 
 // Message is one user_message or assistant_message entry on the active path.
-// Purpose and Display are the payload's own (log.Purpose*, log.Display*),
+// Purpose and Display are the payload's own (record.Purpose*, record.Display*),
 // defaulted when the payload leaves them empty; values this package does not
 // know are passed through so that a newer producer's intent reaches the
 // client.
@@ -35,7 +35,7 @@ type Message struct {
 	Parts        []Part          `json:"parts"`
 }
 
-func newMessage(e *log.Entry, p *log.MessagePayload, role, purpose string) Message {
+func newMessage(e *record.Entry, p *record.MessagePayload, role, purpose string) Message {
 	m := Message{
 		ID:           e.ID,
 		Role:         role,
@@ -50,7 +50,7 @@ func newMessage(e *log.Entry, p *log.MessagePayload, role, purpose string) Messa
 		m.Purpose = purpose
 	}
 	if m.Display == "" {
-		m.Display = log.DisplayVisible
+		m.Display = record.DisplayVisible
 	}
 	// A null metadata is no metadata; keeping it would put "metadata": null
 	// on the wire for a payload that never meant to set any.
@@ -77,7 +77,7 @@ func (m Message) clone() Message {
 	return m
 }
 
-func cloneSettlement(s log.Settlement) log.Settlement {
+func cloneSettlement(s record.Settlement) record.Settlement {
 	if s.Error != nil {
 		f := *s.Error
 		s.Error = &f

@@ -1,7 +1,10 @@
 package transport
 
 import (
+	"fmt"
 	"net/http"
+
+	"github.com/convlog/convlog/log"
 
 	"github.com/labstack/echo/v4"
 )
@@ -22,6 +25,13 @@ func (s *Server) abort(c echo.Context) error {
 	}
 	if sub, err = s.opts.Abort(c.Request().Context(), sub.ID); err != nil {
 		return err
+	}
+	if sub.Status.Terminal() && sub.Status != log.StatusAborted {
+		// The turn settled otherwise (completed, failed) before the abort
+		// reached it: the abort lost the race and changed nothing, as for
+		// a submission that was already settled when it came.
+		return &APIError{Status: http.StatusConflict, Code: CodeAlreadySettled, Cause: log.ErrSubmissionSettled,
+			Message: fmt.Sprintf("the submission settled %s before the abort took effect", sub.Status)}
 	}
 	return writeJSON(c, http.StatusOK, sub)
 }

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"bufio"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -16,7 +17,8 @@ const (
 )
 
 // conversation is GET /agents/:name/:instanceId/conversation: one page of
-// the stream from offset, as log.ReadResult's JSON.
+// the stream from offset, as log.ReadResult's JSON. With live=long-poll it
+// waits (timeout=, default 30s) until there are records after offset.
 func (s *Server) conversation(c echo.Context) error {
 	agent, instance, _, err := s.instance(c)
 	if err != nil {
@@ -34,12 +36,101 @@ func (s *Server) conversation(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	res, err := s.db.Read(c.Request().Context(), key, offset, limit)
+	poll, wait, err := longPollParams(c)
 	if err != nil {
 		return err
 	}
+	var res log.ReadResult
+	if poll {
+		res, err = s.longPoll(c, key, offset, limit, wait)
+	} else {
+		res, err = s.db.Read(c.Request().Context(), key, offset, limit)
+	}
+	if err != nil {
+		return err
+	}
+	var size int64
+	for _, bt := range res.Batches {
+		size += int64(len(bt.Records))
+	}
+	if !s.pages.take(size) {
+		return overloaded(c, CodeOverloaded, "the server holds its limit of pages being sent (%d bytes); retry shortly", s.opts.PageBudget)
+	}
+	defer s.pages.give(size)
 	c.Response().Header().Set(echo.HeaderCacheControl, "no-store")
-	return c.JSONBlob(http.StatusOK, appendReadResult(make([]byte, 0, readResultSize(res)), res))
+	var uid string
+	if ll, ok := s.db.(LifecycleLog); ok && res.Incarnation != "" {
+		// The generation first: {"uid":…, then the read's own fields.
+		if uid, err = ll.Generation(c.Request().Context(), agent, instance); err != nil {
+			return err
+		}
+	}
+	return writeReadResult(c, res, uid)
+}
+
+// writeReadResult writes log.ReadResult's JSON by hand, and without
+// building it whole: the stored record arrays go to the socket as they are
+// (encoding/json would re-scan every byte of what the log already wrote
+// compactly), so a page costs the memory of its records once, not twice,
+// and a reader that does not read holds them only until the write
+// deadline.
+// A non-empty uid (the instance's generation) comes first.
+func writeReadResult(c echo.Context, r log.ReadResult, uid string) error {
+	glue := make([][]byte, len(r.Batches)+1) // what precedes each batch, and the tail
+	n := 0
+	head := []byte(`{`)
+	if uid != "" {
+		head = append(appendString(append(head, `"uid":`...), uid), ',')
+	}
+	head = appendIncarnation(append(head, `"incarnation":`...), r.Incarnation)
+	head = append(head, `,"batches":[`...)
+	for i, bt := range r.Batches {
+		g := head[:0:0]
+		if i == 0 {
+			g = head
+		} else {
+			g = append(g, `},`...)
+		}
+		g = append(g, `{"offset":`...)
+		g = appendString(g, string(bt.Offset))
+		g = append(g, `,"records":`...)
+		glue[i] = g
+		n += len(g) + max(len(bt.Records), 2)
+	}
+	tail := head[:0:0]
+	if len(r.Batches) == 0 {
+		tail = head
+	} else {
+		tail = append(tail, '}')
+	}
+	tail = append(tail, `],"nextOffset":`...)
+	tail = appendString(tail, string(r.NextOffset))
+	tail = append(tail, `,"upToDate":`...)
+	tail = strconv.AppendBool(tail, r.UpToDate)
+	tail = append(tail, '}')
+	glue[len(r.Batches)] = tail
+	n += len(tail)
+
+	res := c.Response()
+	res.Header().Set(echo.HeaderContentType, echo.MIMEApplicationJSON)
+	res.Header().Set(echo.HeaderContentLength, strconv.Itoa(n))
+	res.WriteHeader(http.StatusOK)
+	// Small pieces gather in the buffer; a record array larger than it
+	// goes to the socket directly, uncopied.
+	w := bufio.NewWriterSize(res, 16<<10)
+	for i, bt := range r.Batches {
+		w.Write(glue[i])
+		if len(bt.Records) == 0 {
+			w.WriteString("[]")
+		} else {
+			w.Write(bt.Records)
+		}
+	}
+	w.Write(tail)
+	// A failed write is a client that left or stalled past the deadline:
+	// nothing to answer, the response has started.
+	_ = w.Flush()
+	return nil
 }
 
 // queryLimit is the limit query parameter: 1..MaxPageLimit records,
@@ -54,39 +145,6 @@ func queryLimit(c echo.Context) (int, error) {
 		return 0, apiErr(http.StatusBadRequest, CodeInvalidLimit, "limit must be an integer from 1 to %d, not %q", MaxPageLimit, clip(vs[0]))
 	}
 	return n, nil
-}
-
-// appendReadResult writes log.ReadResult's JSON by hand so that the stored
-// record arrays are copied as they are: encoding/json would re-scan every
-// byte of them to validate and compact what the log already wrote
-// compactly.
-func appendReadResult(b []byte, r log.ReadResult) []byte {
-	b = append(b, `{"incarnation":`...)
-	b = appendIncarnation(b, r.Incarnation)
-	b = append(b, `,"batches":[`...)
-	for i, bt := range r.Batches {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, `{"offset":`...)
-		b = appendString(b, string(bt.Offset))
-		b = append(b, `,"records":`...)
-		b = appendRecords(b, bt.Records)
-		b = append(b, '}')
-	}
-	b = append(b, `],"nextOffset":`...)
-	b = appendString(b, string(r.NextOffset))
-	b = append(b, `,"upToDate":`...)
-	b = strconv.AppendBool(b, r.UpToDate)
-	return append(b, '}')
-}
-
-func readResultSize(r log.ReadResult) int {
-	n := 128
-	for _, bt := range r.Batches {
-		n += len(bt.Records) + 48
-	}
-	return n
 }
 
 func appendRecords(b []byte, recs log.RawRecords) []byte {

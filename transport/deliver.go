@@ -2,6 +2,7 @@ package transport
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -11,61 +12,40 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/convlog/convlog/internal/auth"
 	"github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/transport/wire"
 	"github.com/labstack/echo/v4"
 )
 
-// DeliverRequest is the body of POST /agents/:name/:instanceId, as the
-// client sends it. On the wire "message" may also be a bare string, short
-// for {"kind":"user","body":"..."}.
-type DeliverRequest struct {
-	Message Message `json:"message"`
-	// Session defaults to "default".
-	Session string `json:"session,omitempty"`
-	// InitialData (any JSON) and UID (a string of at most 128 printable
-	// characters) are stored in the user entry's metadata under the keys
-	// "initialData" and "uid", for the worker that creates the instance or
-	// pins its generation.
-	InitialData json.RawMessage `json:"initialData,omitempty"`
-	UID         string          `json:"uid,omitempty"`
-}
-
-// Message is a delivered user message: a body (text) and/or parts.
-type Message struct {
-	Kind     string          `json:"kind"` // "user"
-	Body     string          `json:"body,omitempty"`
-	Parts    []log.Part      `json:"parts,omitempty"`
-	Purpose  string          `json:"purpose,omitempty"` // user (default), dispatch or advisory
-	Display  string          `json:"display,omitempty"` // visible (default), hidden or diagnostic
-	Metadata json.RawMessage `json:"metadata,omitempty"`
-}
-
-// Accepted is the 202 body of a delivery. Offset is the stream position
-// before the delivery: reading from it returns the user message first and
-// then everything the agent does about it.
-type Accepted struct {
-	SubmissionID    string     `json:"submissionId"`
-	StreamURL       string     `json:"streamUrl"`
-	ConversationURL string     `json:"conversationUrl"`
-	UpdatesURL      string     `json:"updatesUrl"`
-	Offset          log.Offset `json:"offset"`
-}
+// The delivery wire types are package wire's, shared with the client.
+type (
+	DeliverRequest = wire.DeliverRequest
+	Message        = wire.Message
+	Accepted       = wire.Accepted
+)
 
 // Delivery is a decoded and validated delivery: the session it goes to and
 // the payload of the user_message entry that will carry it.
 type Delivery struct {
 	Session string
 	Payload log.MessagePayload
+	// UID is the generation the delivery names, "" for the current one.
+	UID string
 }
 
 // Record is the user_message entry record that admits the delivery.
 func (d Delivery) Record() (log.Record, error) {
-	p, err := json.Marshal(d.Payload)
+	// Without HTML escaping: '<' stays one byte, so what is stored is the
+	// size that was sent and the body limit means what it says.
+	p, err := marshalNoHTML(d.Payload)
 	if err != nil {
 		return log.Record{}, err
 	}
@@ -78,6 +58,36 @@ const (
 	maxParts          = 1024
 	maxPartNameLength = 256
 )
+
+// MetadataPrincipal is the user entry's metadata key under which the server
+// records who delivered it ({"issuer","subject"}), with access control on.
+// A client may not set it.
+const MetadataPrincipal = "principal"
+
+// recordPrincipal writes the caller into the message's metadata.
+func recordPrincipal(d *Delivery, p auth.Principal, authed bool) error {
+	if len(d.Payload.Metadata) > 0 {
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(d.Payload.Metadata, &m); err == nil {
+			if _, ok := m[MetadataPrincipal]; ok {
+				return badRequest(`"message.metadata.principal" is reserved: the server records the caller there`)
+			}
+		}
+	}
+	if !authed {
+		return nil
+	}
+	who, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	meta, err := mergeMetadata(d.Payload.Metadata, map[string]json.RawMessage{MetadataPrincipal: who})
+	if err != nil {
+		return err
+	}
+	d.Payload.Metadata = meta
+	return nil
+}
 
 // Metadata keys under which the top-level initialData and uid are stored.
 const (
@@ -111,6 +121,9 @@ func DecodeDelivery(body []byte) (Delivery, error) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return Delivery{}, badRequest("the request body is empty")
 	}
+	if err := checkStrictJSON(body); err != nil {
+		return Delivery{}, err
+	}
 	var w deliveryWire
 	if err := strictUnmarshal(body, &w); err != nil {
 		return Delivery{}, badRequest("%s", describeJSONError(err, ""))
@@ -121,7 +134,7 @@ func DecodeDelivery(body []byte) (Delivery, error) {
 	d := Delivery{Session: log.DefaultSession}
 	if w.Session != nil {
 		if err := log.ValidateName(*w.Session); err != nil {
-			return Delivery{}, &APIError{Status: http.StatusBadRequest, Code: CodeInvalidName, Message: "session: " + err.Error(), cause: err}
+			return Delivery{}, &APIError{Status: http.StatusBadRequest, Code: CodeInvalidName, Message: "session: " + err.Error(), Cause: err}
 		}
 		d.Session = *w.Session
 	}
@@ -139,7 +152,8 @@ func DecodeDelivery(body []byte) (Delivery, error) {
 		if uid == "" || len(uid) > maxUIDLength || !printableText(uid) {
 			return Delivery{}, badRequest(`"uid" must be 1 to %d printable characters`, maxUIDLength)
 		}
-		extra[MetadataUID], _ = json.Marshal(uid)
+		extra[MetadataUID], _ = marshalNoHTML(uid)
+		d.UID = uid
 	}
 	if len(extra) > 0 {
 		if d.Payload.Metadata, err = mergeMetadata(d.Payload.Metadata, extra); err != nil {
@@ -294,7 +308,7 @@ func mergeMetadata(meta json.RawMessage, extra map[string]json.RawMessage) (json
 		}
 		m[k] = v
 	}
-	b, err := json.Marshal(m)
+	b, err := marshalNoHTML(m)
 	if err != nil {
 		return nil, badRequest(`"message.metadata": %v`, err)
 	}
@@ -374,8 +388,48 @@ func clip(s string) string {
 	return ""
 }
 
+// admit admits a under its agent's limits: maxTurns before, the interrupt
+// policy after.
+func (s *Server) admit(ctx context.Context, a log.Admission) (sub log.Submission, replayed bool, err error) {
+	// The agent's limits apply to every way in: deliveries, adapters,
+	// regenerations.
+	if s.opts.MaxTurns != nil {
+		if max := s.opts.MaxTurns(a.Key.Agent); max > 0 {
+			defer s.turnLimits.lock(a.Key)()
+			if err := s.checkTurnLimit(ctx, a.Key, max); err != nil {
+				return log.Submission{}, false, err
+			}
+		}
+	}
+	sub, replayed, err = s.admitClaimed(ctx, a)
+	if err == nil && !replayed {
+		if policy, _ := s.opts.Agents.Agent(a.Key.Agent); policy == PolicyInterrupt {
+			s.interruptOthers(ctx, a.Key, sub.ID)
+		}
+	}
+	return sub, replayed, err
+}
+
+// admitClaimed admits a, starting it in its own commit when the worker
+// side offers to (Options.Claim).
+func (s *Server) admitClaimed(ctx context.Context, a log.Admission) (sub log.Submission, replayed bool, err error) {
+	if s.opts.Claim == nil {
+		return s.db.Admit(ctx, a)
+	}
+	claim := s.opts.Claim(a.Key)
+	defer claim.Release()
+	a.StartTurn = claim.TurnID()
+	sub, replayed, err = s.db.Admit(ctx, a)
+	if err == nil && !replayed { // a replay admitted nothing new
+		claim.Started(sub)
+	}
+	return sub, replayed, err
+}
+
 // deliver is POST /agents/:name/:instanceId.
-func (s *Server) deliver(c echo.Context) error {
+func (s *Server) deliver(c echo.Context) (err error) {
+	var replayed bool
+	defer func() { s.observeAdmission(err, replayed) }()
 	if s.stopAd.Load() {
 		return apiErr(http.StatusServiceUnavailable, CodeShuttingDown, "the server is shutting down and admits nothing")
 	}
@@ -384,6 +438,11 @@ func (s *Server) deliver(c echo.Context) error {
 		return err
 	}
 	req := c.Request()
+	if _, ok := req.URL.Query()["session"]; ok {
+		// A POST takes its session from the body only: two places for one
+		// value would leave a message in a session its sender did not mean.
+		return badRequest(`a delivery names its session in the body's "session" field, not in the query`)
+	}
 	idemKey, err := idempotencyKey(req.Header)
 	if err != nil {
 		return err
@@ -391,43 +450,38 @@ func (s *Server) deliver(c echo.Context) error {
 	if err := checkJSONContentType(req.Header.Get(echo.HeaderContentType)); err != nil {
 		return err
 	}
-	body, err := s.readBody(c)
+	body, release, err := s.readBody(c)
 	if err != nil {
 		return err
 	}
+	// The body and what is decoded from it live until the admission.
+	defer release()
 	d, err := DecodeDelivery(body)
 	if err != nil {
 		return err
 	}
 	key := log.Key{Agent: agent, Instance: instance, Session: d.Session}
 	ctx := req.Context()
+	principal, authed := PrincipalOf(c)
+	if err := recordPrincipal(&d, principal, authed); err != nil {
+		return err
+	}
 	rec, err := d.Record()
 	if err != nil {
-		return badRequest("the message cannot be stored: %v", err)
+		return badRequest("the message cannot be encoded for storage")
 	}
 	// The busy check runs inside the admitting transaction, after the
 	// idempotency lookup: exact under races, and a retry of an admitted
 	// request still gets its 202.
-	a := log.Admission{Key: key, Records: []log.Record{rec}, RejectIfBusy: policy == PolicyReject}
+	a := log.Admission{Key: key, Records: []log.Record{rec}, RejectIfBusy: policy == PolicyReject, UID: d.UID}
 	if idemKey != "" {
 		a.IdempotencyKey = idemKey
-		a.RequestHash = requestHash(agent, instance, body)
+		// The principal is part of the request: another caller reusing
+		// the key gets a 422, never the first caller's 202.
+		a.RequestHash = requestHash(agent, instance, principal.Issuer+"\x00"+principal.Subject, body)
 	}
-	var claimed func(log.Submission, error)
-	if s.opts.Claim != nil {
-		var turnID string
-		if turnID, claimed = s.opts.Claim(key); turnID != "" {
-			a.StartTurn = turnID
-		}
-	}
-	sub, replayed, err := s.db.Admit(ctx, a)
-	if claimed != nil {
-		if replayed {
-			claimed(log.Submission{}, nil) // nothing new was admitted
-		} else {
-			claimed(sub, err)
-		}
-	}
+	var sub log.Submission
+	sub, replayed, err = s.admit(ctx, a)
 	if err != nil {
 		return err
 	}
@@ -435,6 +489,7 @@ func (s *Server) deliver(c echo.Context) error {
 		s.opts.Admitted(sub)
 	}
 	acc := accepted(agent, instance, d.Session, sub)
+	acc.UID = sub.UID
 	if replayed {
 		// The body is the first response's, byte for byte; the header only
 		// tells a curious client that nothing new was admitted.
@@ -459,9 +514,12 @@ func accepted(agent, instance, session string, sub log.Submission) Accepted {
 // requestHash identifies a request for idempotency: the same key with
 // another hash is a reuse, not a retry. The body is hashed as received, so
 // a retry must resend the same bytes.
-func requestHash(agent, instance string, body []byte) string {
+func requestHash(agent, instance, principal string, body []byte) string {
 	h := sha256.New()
 	h.Write([]byte(agent + "/" + instance + "\n"))
+	if principal != "\x00" {
+		h.Write([]byte(principal + "\n"))
+	}
 	h.Write(body)
 	return hex.EncodeToString(h.Sum(nil))
 }
@@ -504,25 +562,80 @@ func checkJSONContentType(ct string) error {
 }
 
 // readBody reads the body within MaxBody; over it is 413 payload_too_large.
-func (s *Server) readBody(c echo.Context) ([]byte, error) {
+// The body's bytes are reserved in the server's body budget until release
+// is called (503 overloaded when it is spent), and the body must arrive
+// within BodyReadTimeout (408 request_timeout): a client that dribbles
+// bytes does not hold a buffer and a connection for ever.
+func (s *Server) readBody(c echo.Context) (body []byte, release func(), err error) {
 	req := c.Request()
-	tooLarge := apiErr(http.StatusRequestEntityTooLarge, CodePayloadTooLarge, "the request body is larger than %d bytes", s.opts.MaxBody)
 	if req.ContentLength > s.opts.MaxBody {
-		return nil, tooLarge
+		return nil, nil, apiErr(http.StatusRequestEntityTooLarge, CodePayloadTooLarge, "the request body is larger than %d bytes", s.opts.MaxBody)
 	}
+	var held int64
+	var src io.Reader = req.Body
+	var br *budgetReader
+	if req.ContentLength >= 0 {
+		if !s.bodies.take(req.ContentLength) {
+			s.discardBody(c)
+			return nil, nil, s.overBodyBudget(c)
+		}
+		held = req.ContentLength
+	} else { // chunked: reserve as it arrives
+		br = &budgetReader{r: req.Body, b: &s.bodies, limit: s.opts.MaxBody + 1}
+		src = br
+	}
+	release = func() { s.bodies.give(held) }
+	rc := http.NewResponseController(c.Response().Writer)
+	_ = rc.SetReadDeadline(time.Now().Add(s.opts.BodyReadTimeout))
 	// The underlying writer, so that net/http closes the connection after
 	// the reply rather than reading the rest of an oversized body.
-	r := http.MaxBytesReader(c.Response().Writer, req.Body, s.opts.MaxBody)
-	body, err := io.ReadAll(r)
+	r := http.MaxBytesReader(c.Response().Writer, io.NopCloser(src), s.opts.MaxBody)
+	var buf bytes.Buffer
+	if req.ContentLength >= 0 {
+		buf.Grow(int(req.ContentLength) + bytes.MinRead) // one allocation, not a doubling series
+	}
+	_, err = buf.ReadFrom(r)
+	if br != nil {
+		held = br.held
+	}
 	if err != nil {
+		release()
 		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return nil, tooLarge
+		switch {
+		case errors.As(err, &mbe):
+			return nil, nil, apiErr(http.StatusRequestEntityTooLarge, CodePayloadTooLarge, "the request body is larger than %d bytes", s.opts.MaxBody)
+		case errors.Is(err, errOverBudget):
+			s.discardBody(c)
+			return nil, nil, s.overBodyBudget(c)
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			// The read deadline stays passed: net/http must not wait for
+			// the rest of this body either.
+			c.Response().Header().Set(echo.HeaderConnection, "close")
+			return nil, nil, apiErr(http.StatusRequestTimeout, CodeRequestTimeout, "the request body did not arrive within %s", s.opts.BodyReadTimeout)
 		}
 		if ctxErr := req.Context().Err(); ctxErr != nil {
-			return nil, ctxErr
+			return nil, nil, ctxErr
 		}
-		return nil, badRequest("reading the request body: %v", err)
+		return nil, nil, badRequest("the request body could not be read (the connection failed or the chunked encoding is malformed)")
 	}
-	return body, nil
+	// No deadline while the handler works: an expired one would make
+	// net/http's background read cancel the request's context.
+	_ = rc.SetReadDeadline(time.Time{})
+	return buf.Bytes(), release, nil
+}
+
+// discardBody reads a refused body to its end without keeping it, within
+// the body deadline: closing a connection with unread bytes makes the
+// kernel reset it, and the client would see a reset instead of the 503.
+func (s *Server) discardBody(c echo.Context) {
+	rc := http.NewResponseController(c.Response().Writer)
+	_ = rc.SetReadDeadline(time.Now().Add(s.opts.BodyReadTimeout))
+	_, err := io.Copy(io.Discard, http.MaxBytesReader(c.Response().Writer, c.Request().Body, s.opts.MaxBody))
+	if err == nil {
+		_ = rc.SetReadDeadline(time.Time{})
+	}
+}
+
+func (s *Server) overBodyBudget(c echo.Context) *APIError {
+	return overloaded(c, CodeOverloaded, "the server holds its limit of request bodies in flight (%d bytes); retry shortly", s.opts.BodyBudget)
 }

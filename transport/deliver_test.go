@@ -11,6 +11,7 @@ import (
 
 	"github.com/convlog/convlog/log"
 	"github.com/convlog/convlog/transport"
+	"github.com/convlog/convlog/transport/client"
 )
 
 func TestDeliverAccepted(t *testing.T) {
@@ -33,8 +34,8 @@ func TestDeliverAccepted(t *testing.T) {
 	if err := dec.Decode(&acc); err != nil {
 		t.Fatal(err)
 	}
-	if len(acc) != 5 {
-		t.Fatalf("202 body has fields %v, want exactly submissionId, streamUrl, conversationUrl, updatesUrl, offset", acc)
+	if len(acc) != 6 || acc["uid"] != "gen-7" {
+		t.Fatalf("202 body has fields %v, want exactly submissionId, streamUrl, conversationUrl, updatesUrl, offset, uid", acc)
 	}
 	sub, off := acc["submissionId"].(string), acc["offset"].(string)
 	if !strings.HasPrefix(sub, "sub_") || off != "1" {
@@ -302,7 +303,7 @@ func TestIdempotency(t *testing.T) {
 		t.Fatalf("client replay %+v %+v %v", a1, a2, err)
 	}
 	req.Message.Body = "changed"
-	if _, err := e.c.Deliver(ctx, "echo", "i3", req, "k"); !transport.IsCode(err, transport.CodeIdempotencyKeyReused) {
+	if _, err := e.c.Deliver(ctx, "echo", "i3", req, "k"); !client.IsCode(err, transport.CodeIdempotencyKeyReused) {
 		t.Fatalf("client reuse: %v", err)
 	}
 }
@@ -331,9 +332,9 @@ func TestRoutesAndMethods(t *testing.T) {
 		code         string
 	}{
 		{"GET", "/nope", 404, "not_found"},
-		{"GET", "/agents/echo", 404, "not_found"},
+		{"POST", "/agents/echo", 405, "method_not_allowed"},
 		{"GET", "/agents/echo/i1/elsewhere", 404, "not_found"},
-		{"DELETE", "/agents/echo/i1", 405, "method_not_allowed"},
+		{"PUT", "/agents/echo/i1", 405, "method_not_allowed"},
 		{"GET", "/agents/echo/i1", 405, "method_not_allowed"},
 		{"POST", "/agents/echo/i1/conversation", 405, "method_not_allowed"},
 		{"PUT", "/agents/echo/i1/stream", 405, "method_not_allowed"},

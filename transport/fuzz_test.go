@@ -10,6 +10,11 @@ import (
 	"github.com/convlog/convlog/transport"
 )
 
+var clientCodes = map[string]bool{
+	transport.CodeBadRequest: true, transport.CodeInvalidName: true,
+	transport.CodeInvalidUTF8: true, transport.CodeDuplicateKey: true, transport.CodeNumberOutOfRange: true,
+}
+
 // FuzzDecodeDelivery: any body either decodes to a delivery the log can
 // store or is refused with a 400; it never panics.
 func FuzzDecodeDelivery(f *testing.F) {
@@ -21,7 +26,7 @@ func FuzzDecodeDelivery(f *testing.F) {
 		`{"message":""}`, `{"message":null}`, `{"message":1}`, `{}`, `[]`, `null`, ``, `{"message":"a"}{}`,
 		`{"message":{"kind":"user","body":"\ud800"}}`, `{"message":"hi","session":"é"}`,
 		`{"message":{"kind":"user","parts":[{"type":"tool-call","input":{}}]}}`,
-		`{"Message":"case"}`, `{"message":{"kind":"user","body":"x","metadata":null},"initialData":null}`,
+		`{"Message":"case"}`, `{"message":"a","message":"b"}`, `{"message":"x","initialData":1e999}`, `{"message":{"kind":"user","body":"x","metadata":null},"initialData":null}`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -30,7 +35,7 @@ func FuzzDecodeDelivery(f *testing.F) {
 		if err != nil {
 			var ae *transport.APIError
 			if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest ||
-				(ae.Code != transport.CodeBadRequest && ae.Code != transport.CodeInvalidName) || ae.Message == "" {
+				!clientCodes[ae.Code] || ae.Message == "" {
 				t.Fatalf("not a client error: %#v", err)
 			}
 			return

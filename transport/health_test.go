@@ -10,6 +10,7 @@ import (
 
 	"github.com/convlog/convlog/log"
 	"github.com/convlog/convlog/transport"
+	"github.com/convlog/convlog/transport/client"
 )
 
 func TestHealth(t *testing.T) {
@@ -78,7 +79,7 @@ func TestServeShutdown(t *testing.T) {
 	go func() { served <- srv.Serve(l) }()
 	hc := &http.Client{Transport: &http.Transport{}}
 	defer hc.CloseIdleConnections()
-	c := &transport.Client{BaseURL: "http://" + l.Addr().String(), HTTP: hc}
+	c := &client.Client{BaseURL: "http://" + l.Addr().String(), HTTP: hc}
 	ctx := testCtx(t)
 	acc, err := c.Deliver(ctx, "echo", "i1", transport.DeliverRequest{Message: transport.Message{Body: "hi"}}, "")
 	if err != nil {

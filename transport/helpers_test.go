@@ -22,6 +22,7 @@ import (
 
 	"github.com/convlog/convlog/log"
 	"github.com/convlog/convlog/transport"
+	"github.com/convlog/convlog/transport/client"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
@@ -141,7 +142,7 @@ type env struct {
 	db       *log.DB
 	srv      *transport.Server
 	ts       *httptest.Server
-	c        *transport.Client
+	c        *client.Client
 	hub      *hub
 	active   atomic.Int64 // requests inside the handler
 	admitted atomic.Int64 // calls of Options.Admitted
@@ -192,7 +193,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 			t.Error(err)
 		}
 	})
-	e.c = &transport.Client{BaseURL: e.ts.URL, HTTP: e.ts.Client()}
+	e.c = &client.Client{BaseURL: e.ts.URL, HTTP: e.ts.Client()}
 	return e
 }
 
@@ -277,7 +278,7 @@ func textOf(t testing.TB, r log.Record) string {
 }
 
 // nextData skips comments and returns the next data frame.
-func nextData(t testing.TB, r *transport.StreamReader) transport.Frame {
+func nextData(t testing.TB, r *client.StreamReader) client.Frame {
 	t.Helper()
 	for {
 		f, err := r.Next()
@@ -291,8 +292,10 @@ func nextData(t testing.TB, r *transport.StreamReader) transport.Frame {
 }
 
 // testCtx bounds a test's streams: a read that would hang fails instead.
+// It is a safety net, not a speed check, so it is generous for a loaded
+// 2-core machine.
 func testCtx(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	return ctx
 }

@@ -14,7 +14,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/convlog/convlog/internal/auth"
 	"github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/transport/wire"
+	"github.com/convlog/convlog/worker"
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 )
@@ -25,6 +28,8 @@ import (
 type Log interface {
 	Admit(ctx context.Context, a log.Admission) (sub log.Submission, replayed bool, err error)
 	Read(ctx context.Context, key log.Key, offset log.Offset, limit int) (log.ReadResult, error)
+	// ReadBytes is Read with a smaller bound on the bytes of the page.
+	ReadBytes(ctx context.Context, key log.Key, offset log.Offset, limit, maxBytes int) (log.ReadResult, error)
 	Pending(ctx context.Context, key log.Key) ([]log.Submission, error)
 	Submission(ctx context.Context, id string) (log.Submission, error)
 	// Changed is closed by the next commit that appends to or resets key.
@@ -38,15 +43,28 @@ var _ Log = (*log.DB)(nil)
 // Busy policies of an agent: what a delivery to a session that still has
 // unsettled submissions gets.
 const (
-	PolicyEnqueue = "enqueue" // admitted and queued behind the others (the default)
-	PolicyReject  = "reject"  // refused with 409 session_busy
+	PolicyEnqueue   = "enqueue"                    // deprecated name of PolicyJoin
+	PolicyJoin      = string(worker.BusyJoin)      // admitted; the next turn answers all that wait (the default)
+	PolicyQueue     = string(worker.BusyQueue)     // admitted; a turn of its own, in order
+	PolicyReject    = string(worker.BusyReject)    // refused with 409 session_busy
+	PolicyInterrupt = string(worker.BusyInterrupt) // admitted; the earlier unsettled ones are aborted
 )
+
+// Claim is the worker side's offer to start a delivery in its admission's
+// commit: admit with StartTurn = TurnID() ("" for no offer), report the
+// committed submission with Started, and always Release (idempotent).
+type Claim interface {
+	TurnID() string
+	Started(log.Submission)
+	Release()
+}
 
 // AgentDirectory says which agents exist. The worker side knows; transport
 // only asks.
 type AgentDirectory interface {
 	// Agent reports whether the agent exists and its busy policy:
-	// PolicyEnqueue (also for "" and anything unknown) or PolicyReject.
+	// PolicyJoin (also for "" and anything unknown), PolicyQueue,
+	// PolicyReject or PolicyInterrupt.
 	Agent(name string) (policy string, ok bool)
 }
 
@@ -79,6 +97,15 @@ type Options struct {
 	Log Log
 	// Agents says which agents exist and their busy policy. Required.
 	Agents AgentDirectory
+	// Auth turns on access control: every route but the health checks
+	// needs a bearer token whose scopes allow it (internal/auth). Nil
+	// serves everyone, which the binary allows only on loopback.
+	Auth Authenticator
+	// Limits bound each principal's deliveries and streams (with Auth).
+	Limits auth.Limits
+	// StreamTokenKey signs stream tokens (at least 32 bytes); nil draws a
+	// random key, so a token opens streams on this process only.
+	StreamTokenKey []byte
 	// Deltas feeds live presentation frames to SSE readers; nil means none.
 	Deltas DeltaSource
 	// Admitted is called after each durable admission (not after an
@@ -87,25 +114,50 @@ type Options struct {
 	Admitted func(log.Submission)
 	// Claim, before each admission, asks the worker side whether it holds
 	// the session idle and would start the delivery in the admission's own
-	// commit (see worker.Pool.Claim): a turn id for log.Admission.StartTurn,
-	// or "". done receives the admission's outcome and must be called. May
-	// be nil.
-	Claim func(key log.Key) (turnID string, done func(log.Submission, error))
-	// Abort ends a submission (see worker.Pool.Abort): settled aborted at
+	// commit (see pool.Pool.Claim). Nil for no such fast path.
+	Claim func(key log.Key) Claim
+	// Abort ends a submission (see pool.Pool.Abort): settled aborted at
 	// once if it has not started, its turn cancelled if it runs. It
 	// returns the submission as it is after the abort, or an error that
 	// wraps log.ErrSubmissionSettled. Nil disables the abort route (404).
 	Abort func(ctx context.Context, submissionID string) (log.Submission, error)
+	// Quiesce runs a lifecycle change (rewind, reset, delete…) of keys
+	// while none of their turns runs: with abortFirst, running turns are
+	// aborted and settled first, else after fn (see worker.Pool.Quiesce).
+	// Nil runs fn at once.
+	Quiesce func(ctx context.Context, keys []log.Key, abortFirst bool, fn func(context.Context) error) error
 	// Ready adds a readiness condition to /readyz besides the log being
 	// open: nil error means ready. May be nil.
 	Ready func() error
+	// ListAgents describes the agents served, for GET /agents. May be nil
+	// (an empty list).
+	ListAgents func() []worker.AgentInfo
+	// MaxTurns is an agent's limit of deliveries per session (0: none).
+	// May be nil.
+	MaxTurns func(agent string) int
 	// MaxBody bounds a delivery's body. Default 8 MiB.
 	MaxBody int64
+	// BodyBudget bounds the bytes of request bodies held at once, from
+	// their first byte to their admission; over it a delivery gets 503
+	// overloaded with Retry-After. Default 16 × MaxBody; at least MaxBody.
+	BodyBudget int64
+	// BodyReadTimeout bounds the arrival of a request body, from when the
+	// handler starts reading it: slower is 408 request_timeout. Default 60s.
+	BodyReadTimeout time.Duration
+	// PageBudget bounds the bytes of JSON pages (GET .../conversation)
+	// being written at once; over it a read gets 503 overloaded with
+	// Retry-After. A page alone always passes. Default 256 MiB.
+	PageBudget int64
+	// StreamPageBytes bounds the records an SSE stream reads (and holds
+	// while a slow reader takes them) at a time; a single batch larger
+	// than it is still read whole. Default 256 KiB.
+	StreamPageBytes int
 	// Heartbeat is the period of SSE keepalive comments. Default 15s.
 	Heartbeat time.Duration
-	// WriteTimeout bounds each write of a stream: a peer that takes no
-	// bytes for that long is dead or stalled, and its stream ends (it
-	// resumes from its last event id). Default 30s.
+	// WriteTimeout bounds the writing of every response, from when its
+	// header is written, and each write of a stream: a peer that takes no
+	// bytes for that long is dead or stalled; its connection is dropped
+	// (a stream's reader resumes from its last event id). Default 30s.
 	WriteTimeout time.Duration
 	// MaxLag is how many records a live SSE reader may fall behind the
 	// tail before it gets a final reader_too_slow frame and is
@@ -113,6 +165,11 @@ type Options struct {
 	// from an old offset is not live until it first reaches the tail.
 	// Default 100,000.
 	MaxLag int
+	// MaxStreams caps the open SSE streams; one more is refused 503
+	// too_many_streams with Retry-After (and its connection closed).
+	// Set it below the descriptor limit, leaving a reserve for deliveries,
+	// health checks and the engine's own files. Default 10,000.
+	MaxStreams int
 	// CoalesceFrom is the number of open SSE streams from which each
 	// stream batches what arrives within a short window (a microsecond
 	// per stream, at most 20 ms) into one write. Default 500.
@@ -120,29 +177,47 @@ type Options struct {
 	// CORSOrigins are the browser origins allowed to call the API from
 	// another origin ("*" for any). None by default.
 	CORSOrigins []string
+	// A2ADefaultAgent is the agent whose A2A card is also served at
+	// /.well-known/agent-card.json. None by default.
+	A2ADefaultAgent string
 	// Logger gets internal errors. Default slog.Default().
 	Logger *slog.Logger
+	// Observer is told about admissions, for metrics. May be nil.
+	Observer Observer
+	// Metrics serves GET /metrics (the Prometheus exposition); nil
+	// disables the route (404).
+	Metrics http.Handler
+	// Backup serves POST /admin/backup, a consistent copy of the log
+	// taken while the service runs; nil disables the route (404).
+	Backup BackupFunc
 }
 
 // Defaults of Options.
 const (
-	DefaultMaxBody      = 8 << 20
-	DefaultHeartbeat    = 15 * time.Second
-	DefaultWriteTimeout = 30 * time.Second
-	DefaultMaxLag       = 100_000
-	DefaultCoalesceFrom = 500
+	DefaultMaxBody         = 8 << 20
+	DefaultBodyReadTimeout = 60 * time.Second
+	DefaultPageBudget      = 256 << 20
+	DefaultMaxStreams      = 10_000
+	DefaultStreamPageBytes = 256 << 10
+	DefaultHeartbeat       = 15 * time.Second
+	DefaultWriteTimeout    = 30 * time.Second
+	DefaultMaxLag          = 100_000
+	DefaultCoalesceFrom    = 500
 )
 
 // Server is the HTTP API. Create it with New.
 type Server struct {
 	opts   Options
 	db     Log
+	lc     *lifecycle // nil when the log has no lifecycle
 	log    *slog.Logger
 	echo   *echo.Echo
 	stopAd atomic.Bool // StopAdmitting was called
 	// streams counts open SSE streams: with many, each batches its
 	// writes (coalesce).
 	streams atomic.Int64
+	// frames shares the live conversation frames among the streams.
+	frames frameCache
 
 	// closing is closed by Shutdown: streams and long polls end at once so
 	// that a graceful stop does not wait for clients that never leave.
@@ -150,8 +225,15 @@ type Server struct {
 	closeOnce sync.Once
 	inflight  inflight
 
+	limits       *auth.Limiter      // per principal, with Options.Auth
+	streamTokens *auth.StreamTokens // for EventSource, with Options.Auth
+	bodies       budget             // request body bytes in flight
+	pages        budget             // JSON page bytes being written
+
 	mu      sync.Mutex
 	httpSrv *http.Server // set by Serve
+
+	turnLimits turnLimits
 }
 
 // New builds the server and its routes.
@@ -164,6 +246,22 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.MaxBody <= 0 {
 		opts.MaxBody = DefaultMaxBody
+	}
+	if opts.BodyBudget <= 0 {
+		opts.BodyBudget = 16 * opts.MaxBody
+	}
+	opts.BodyBudget = max(opts.BodyBudget, opts.MaxBody)
+	if opts.BodyReadTimeout <= 0 {
+		opts.BodyReadTimeout = DefaultBodyReadTimeout
+	}
+	if opts.PageBudget <= 0 {
+		opts.PageBudget = DefaultPageBudget
+	}
+	if opts.StreamPageBytes <= 0 {
+		opts.StreamPageBytes = DefaultStreamPageBytes
+	}
+	if opts.MaxStreams <= 0 {
+		opts.MaxStreams = DefaultMaxStreams
 	}
 	if opts.Heartbeat <= 0 {
 		opts.Heartbeat = DefaultHeartbeat
@@ -181,20 +279,31 @@ func New(opts Options) (*Server, error) {
 		opts.Logger = slog.Default()
 	}
 	s := &Server{opts: opts, db: opts.Log, log: opts.Logger, closing: make(chan struct{})}
+	if opts.Auth != nil {
+		s.limits = auth.NewLimiter(opts.Limits)
+		var err error
+		if s.streamTokens, err = auth.NewStreamTokens(opts.StreamTokenKey); err != nil {
+			return nil, fmt.Errorf("transport: %w", err)
+		}
+	}
+	s.bodies.limit, s.pages.limit = opts.BodyBudget, opts.PageBudget
 
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
 	e.Use(s.track)
+	e.Use(s.writeDeadline)
+	e.Use(checkQuery)
 	if len(opts.CORSOrigins) > 0 {
 		e.Use(middleware.CORSWithConfig(middleware.CORSConfig{
 			AllowOrigins:  opts.CORSOrigins,
-			AllowMethods:  []string{http.MethodGet, http.MethodPost},
-			AllowHeaders:  []string{echo.HeaderContentType, "Idempotency-Key", "Last-Event-ID"},
-			ExposeHeaders: []string{echo.HeaderLocation, "Idempotent-Replayed"},
+			AllowMethods:  []string{http.MethodGet, http.MethodPost, http.MethodDelete},
+			AllowHeaders:  []string{echo.HeaderContentType, echo.HeaderAuthorization, "Idempotency-Key", "Last-Event-ID", echo.HeaderAccept, a2aVersionHeader, "A2A-Extensions"},
+			ExposeHeaders: []string{echo.HeaderLocation, "Idempotent-Replayed", aiSDKStreamHeader, a2aVersionHeader},
 			MaxAge:        600,
 		}))
 	}
+	e.Use(s.authorize)
 	e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{
 		LogErrorFunc: func(c echo.Context, err error, stack []byte) error {
 			s.log.ErrorContext(c.Request().Context(), "panic in handler", "path", c.Request().URL.Path, "err", err, "stack", string(stack))
@@ -205,13 +314,38 @@ func New(opts Options) (*Server, error) {
 	// last, and a timeout would write over a committed response.
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
+	e.GET("/openapi.json", s.openapi)
+	e.GET("/agents", s.agents)
 	const base = "/agents/:name/:instanceId"
 	e.POST(base, s.deliver)
 	e.GET(base+"/conversation", s.conversation)
 	e.GET(base+"/stream", s.stream)
+	e.GET(base+"/messages", s.messages)
 	e.GET(base+"/submissions/:submissionId", s.submission)
+	e.POST(base+"/stream-token", s.streamToken)
 	if opts.Abort != nil {
 		e.POST(base+"/submissions/:submissionId/abort", s.abort)
+	}
+	// Listing, rewind, regenerate, fork, reset, delete: lifecycle.go.
+	if ll, ok := opts.Log.(LifecycleLog); ok {
+		s.lifecycleRoutes(e, base, ll)
+	}
+	// The client adapters (aisdk.go, agui.go, a2a.go): views of the same
+	// log and deltas in the formats of the AI SDK, AG-UI and A2A.
+	e.POST("/ai-sdk/:agent", s.aiSDKChat)
+	e.GET("/ai-sdk/:agent/:chatId/stream", s.aiSDKResume)
+	e.POST("/ag-ui/:agent", s.agUIRun)
+	e.POST("/a2a/:agent", s.a2aRPC)
+	e.GET("/a2a/:agent/.well-known/agent-card.json", s.a2aCard)
+	e.GET("/.well-known/agent-card.json", s.a2aDefaultCard)
+	// The web console and the JS client: static files embedded in the
+	// binary (static.go).
+	s.registerStatic(e)
+	if opts.Metrics != nil {
+		e.GET("/metrics", s.metrics)
+	}
+	if opts.Backup != nil {
+		e.POST("/admin/backup", s.backup)
 	}
 	s.echo = e
 	return s, nil
@@ -222,16 +356,21 @@ func New(opts Options) (*Server, error) {
 // own write deadline).
 func (s *Server) Handler() http.Handler { return s.echo }
 
-// Serve serves on l until Shutdown, with header read timeouts but no write
-// timeout (streams and long polls manage their own). It returns
-// http.ErrServerClosed after Shutdown.
+// Serve serves on l until Shutdown, with header read timeouts and a write
+// timeout of Options.WriteTimeout from when each response starts (streams
+// and long polls manage their own). It returns http.ErrServerClosed after
+// Shutdown.
 func (s *Server) Serve(l net.Listener) error {
 	srv := &http.Server{
 		Handler:           s.echo,
 		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		// Also bounds net/http's own answers (a malformed request's 400)
+		// on a connection whose previous deadline has passed; handlers
+		// re-arm it when they answer (writeDeadline) and streams per write.
+		WriteTimeout:   s.opts.WriteTimeout,
+		IdleTimeout:    2 * time.Minute,
+		MaxHeaderBytes: 64 << 10,
+		ErrorLog:       slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	s.mu.Lock()
 	if s.closed() {
@@ -240,7 +379,9 @@ func (s *Server) Serve(l net.Listener) error {
 	}
 	s.httpSrv = srv
 	s.mu.Unlock()
-	return srv.Serve(l)
+	// net/http refuses unparsable requests itself, in plain text, before
+	// any handler runs; the wrapper rewrites those answers as JSON.
+	return srv.Serve(jsonErrorListener{Listener: l, maxHeaderBytes: srv.MaxHeaderBytes})
 }
 
 // StopAdmitting makes deliveries fail with 503 shutting_down and /readyz
@@ -281,6 +422,20 @@ func (s *Server) closed() bool {
 		return true
 	default:
 		return false
+	}
+}
+
+// writeDeadline gives every response a write deadline, armed when its
+// header is written (so a handler that waits, an abort or a long poll, does
+// not spend it): a client that never reads its response, a 4 MiB page say,
+// holds it for WriteTimeout, not forever. Streams re-arm it per write.
+func (s *Server) writeDeadline(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		res := c.Response()
+		res.Before(func() {
+			_ = http.NewResponseController(res.Writer).SetWriteDeadline(time.Now().Add(s.opts.WriteTimeout))
+		})
+		return next(c)
 	}
 }
 
@@ -334,10 +489,10 @@ func (f *inflight) wait(ctx context.Context) error {
 func (s *Server) instance(c echo.Context) (agent, instance, policy string, err error) {
 	agent, instance = pathParam(c, "name"), pathParam(c, "instanceId")
 	if err := log.ValidateName(agent); err != nil {
-		return "", "", "", &APIError{Status: http.StatusBadRequest, Code: CodeInvalidName, Message: "agent: " + err.Error(), cause: err}
+		return "", "", "", &APIError{Status: http.StatusBadRequest, Code: CodeInvalidName, Message: "agent: " + err.Error(), Cause: err}
 	}
 	if err := log.ValidateName(instance); err != nil {
-		return "", "", "", &APIError{Status: http.StatusBadRequest, Code: CodeInvalidName, Message: "instance: " + err.Error(), cause: err}
+		return "", "", "", &APIError{Status: http.StatusBadRequest, Code: CodeInvalidName, Message: "instance: " + err.Error(), Cause: err}
 	}
 	policy, ok := s.opts.Agents.Agent(agent)
 	if !ok {
@@ -363,7 +518,7 @@ func sessionKey(c echo.Context, agent, instance string) (log.Key, error) {
 		session = vs[0]
 	}
 	if err := log.ValidateName(session); err != nil {
-		return log.Key{}, &APIError{Status: http.StatusBadRequest, Code: CodeInvalidName, Message: "session: " + err.Error(), cause: err}
+		return log.Key{}, &APIError{Status: http.StatusBadRequest, Code: CodeInvalidName, Message: "session: " + err.Error(), Cause: err}
 	}
 	return log.Key{Agent: agent, Instance: instance, Session: session}, nil
 }
@@ -380,15 +535,13 @@ func queryOffset(c echo.Context) (log.Offset, error) {
 func parseOffset(s string) (log.Offset, error) {
 	o, err := log.ParseOffset(s)
 	if err != nil {
-		return "", &APIError{Status: http.StatusBadRequest, Code: CodeInvalidOffset, Message: err.Error(), cause: err}
+		return "", &APIError{Status: http.StatusBadRequest, Code: CodeInvalidOffset, Message: err.Error(), Cause: err}
 	}
 	return o, nil
 }
 
 // instancePath is the path of an agent instance, for the URLs we hand out.
-func instancePath(agent, instance string) string {
-	return "/agents/" + url.PathEscape(agent) + "/" + url.PathEscape(instance)
-}
+func instancePath(agent, instance string) string { return wire.InstancePath(agent, instance) }
 
 // writeJSON writes v as the response body. Unlike echo's c.JSON it leaves
 // '&', '<' and '>' alone: the URLs of the 202 body read as the reference

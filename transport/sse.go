@@ -10,14 +10,16 @@ import (
 	"time"
 
 	"github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/transport/wire"
 )
 
-// Frame types of the SSE stream's data. Conversation frames are durable
-// and carry an id (the offset to resume from); everything else the
-// DeltaSource sends is presentation-only and carries none.
+// ndjsonKeepalive is the keepalive line of an NDJSON stream.
+const ndjsonKeepalive = `{"type":"keepalive"}` + "\n"
+
+// Frame types: see package wire.
 const (
-	FrameConversation = "conversation"
-	FrameError        = "error"
+	FrameConversation = wire.FrameConversation
+	FrameError        = wire.FrameError
 )
 
 // sseWriter writes Server-Sent Events to a response. Frames collect in a
@@ -33,6 +35,12 @@ type sseWriter struct {
 	scratch []byte
 	err     error
 	timeout time.Duration // per flush; 0 for none
+	// ndjson writes the same frames as newline-delimited JSON: one object
+	// per line, no ids, a {"type":"keepalive"} object for a keepalive
+	// comment and nothing for other comments.
+	ndjson bool
+	// frames, when set, shares live frames with the other readers.
+	frames *frameCache
 }
 
 // Buffer sizes trade syscalls for memory held only while writing: a live
@@ -84,6 +92,12 @@ func putBuffer(b *bufio.Writer) {
 // comment writes ": text", which clients ignore: a keepalive that also
 // proves the peer is still there (a write to a closed socket fails).
 func (w *sseWriter) comment(text string) {
+	if w.ndjson {
+		if text == "keepalive" {
+			w.write([]byte(ndjsonKeepalive))
+		}
+		return
+	}
 	w.scratch = append(append(append(w.scratch[:0], ": "...), text...), "\n\n"...)
 	w.write(w.scratch)
 }
@@ -93,6 +107,22 @@ func (w *sseWriter) comment(text string) {
 // event early or forge a field.
 func (w *sseWriter) event(id string, data []byte) {
 	b := w.scratch[:0]
+	if w.ndjson {
+		// A line break inside a JSON value can only be white space
+		// between tokens (strings escape theirs): a space keeps the
+		// value and the one-object-per-line framing.
+		start := len(b)
+		b = append(b, data...)
+		for i := start; i < len(b); i++ {
+			if b[i] == '\n' || b[i] == '\r' {
+				b[i] = ' '
+			}
+		}
+		b = append(b, '\n')
+		w.write(b)
+		w.scratch = b[:0]
+		return
+	}
 	if id != "" {
 		b = append(append(append(b, "id: "...), id...), '\n')
 	}
@@ -115,19 +145,33 @@ func (w *sseWriter) event(id string, data []byte) {
 // conversation writes the frame of one batch:
 //
 //	id: <next>
-//	data: {"type":"conversation","incarnation":"inc_…","offset":"<batch offset>","nextOffset":"<next>","records":[…]}
+//	data: {"type":"conversation","incarnation":"inc_…","offset":"<next>","nextOffset":"<next>","batchOffset":"<batch offset>","records":[…]}
+//
+// Every field of the frame named like a resume point is one: "offset" and
+// "nextOffset" are both where to resume (the event id), so a client that
+// takes "the last offset of a conversation frame", as the streaming protocol
+// words it, gets no batch twice. Where the batch itself starts is
+// "batchOffset".
 //
 // The stored records are spliced in without decoding. They are compact
 // JSON, written by encoding/json; should they ever hold a line break, the
 // frame takes the slower path that splits it into data lines.
 func (w *sseWriter) conversation(inc log.Incarnation, b log.Batch, next log.Offset) {
+	if w.frames != nil && (w.buf == nil || w.buf.Size() != sseBulkBuffer) {
+		// A live frame (a catch-up page borrows the bulk buffer first):
+		// the other readers at the tail write the same bytes.
+		w.write(w.frames.frame(inc, b, next, w.ndjson))
+		return
+	}
 	h := w.scratch[:0]
 	h = append(h, `{"type":"conversation","incarnation":`...)
 	h = appendIncarnation(h, inc)
 	h = append(h, `,"offset":`...)
-	h = appendString(h, string(b.Offset))
+	h = appendString(h, string(next))
 	h = append(h, `,"nextOffset":`...)
 	h = appendString(h, string(next))
+	h = append(h, `,"batchOffset":`...)
+	h = appendString(h, string(b.Offset))
 	h = append(h, `,"records":`...)
 	w.scratch = h[:0]
 	// Stored records are compact JSON without line breaks (the log's
@@ -139,14 +183,20 @@ func (w *sseWriter) conversation(inc log.Incarnation, b log.Batch, next log.Offs
 		w.event(string(next), data)
 		return
 	}
-	w.write([]byte("id: " + string(next) + "\ndata: "))
+	if !w.ndjson {
+		w.write([]byte("id: " + string(next) + "\ndata: "))
+	}
 	w.write(h)
 	if len(b.Records) == 0 {
 		w.write([]byte("[]"))
 	} else {
 		w.write(b.Records)
 	}
-	w.write([]byte("}\n\n"))
+	if w.ndjson {
+		w.write([]byte("}\n"))
+	} else {
+		w.write([]byte("}\n\n"))
+	}
 }
 
 // streamError is the data of an error frame, the last frame of a stream.
@@ -205,4 +255,38 @@ func (w *sseWriter) deadline() {
 	if w.timeout > 0 && w.err == nil {
 		_ = w.rc.SetWriteDeadline(time.Now().Add(w.timeout))
 	}
+}
+
+// Frame types of the lifecycle (see lifecycle.go).
+const (
+	// FrameReset says the stream got a new incarnation: what the reader
+	// holds is void, and the stream goes on from offset "0" of the new
+	// one. Its id is "0", so that a reconnect after it resumes there.
+	FrameReset = "reset"
+	// FrameEnded is the last frame of a stream whose instance was
+	// deleted; the response ends after it.
+	FrameEnded = "ended"
+)
+
+// resetFrame writes
+//
+//	id: 0
+//	data: {"type":"reset","incarnation":"inc_new","previousIncarnation":"inc_old","offset":"0"}
+func (w *sseWriter) resetFrame(old, inc log.Incarnation) {
+	b := append([]byte(nil), `{"type":"reset","incarnation":`...)
+	b = appendIncarnation(b, inc)
+	b = append(b, `,"previousIncarnation":`...)
+	b = appendIncarnation(b, old)
+	b = append(b, `,"offset":"0"}`...)
+	w.event(string(log.Start), b)
+}
+
+// endedFrame writes, with no id (there is nothing to resume),
+//
+//	data: {"type":"ended","reason":"deleted","incarnation":"inc_…","message":…}
+func (w *sseWriter) endedFrame(inc log.Incarnation) {
+	b := append([]byte(nil), `{"type":"ended","reason":"deleted","incarnation":`...)
+	b = appendIncarnation(b, inc)
+	b = append(b, `,"message":"the conversation ended: its instance was deleted"}`...)
+	w.event("", b)
 }

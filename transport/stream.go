@@ -42,8 +42,18 @@ func (s *Server) stream(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	ndjson, err := negotiateStream(req.Header.Values(echo.HeaderAccept))
+	if err != nil {
+		return err
+	}
 	ctx := req.Context()
-	s.streams.Add(1)
+	// Each stream holds a connection, a descriptor, for as long as its
+	// reader stays: capped, so that idle readers cannot take the
+	// descriptors that deliveries, health checks and the log need.
+	if n := s.streams.Add(1); n > int64(s.opts.MaxStreams) {
+		s.streams.Add(-1)
+		return overloaded(c, CodeTooManyStreams, "%d streams are open, the most this server takes; retry shortly, or read by polling", s.opts.MaxStreams)
+	}
 	defer s.streams.Add(-1)
 	// An offset this stream never produced is refused before the stream
 	// opens, with a plain 400: an EventSource gives up on a non-200, where
@@ -75,11 +85,16 @@ func (s *Server) stream(c echo.Context) error {
 	// (sseWriter.flush sets it). Not every writer supports it.
 	_ = rc.SetWriteDeadline(time.Time{})
 	h := res.Header()
-	h.Set(echo.HeaderContentType, "text/event-stream")
+	if ndjson {
+		h.Set(echo.HeaderContentType, mimeNDJSON)
+	} else {
+		h.Set(echo.HeaderContentType, "text/event-stream")
+	}
 	h.Set(echo.HeaderCacheControl, "no-cache")
 	h.Set("X-Accel-Buffering", "no")
+	h.Add(echo.HeaderVary, echo.HeaderAccept)
 	res.WriteHeader(http.StatusOK)
-	w := &sseWriter{w: res, rc: rc, timeout: s.opts.WriteTimeout}
+	w := &sseWriter{w: res, rc: rc, timeout: s.opts.WriteTimeout, ndjson: ndjson, frames: &s.frames}
 	defer w.release()
 	// The client sees the stream open before the first record exists.
 	w.comment("connected")
@@ -95,20 +110,41 @@ func (s *Server) stream(c echo.Context) error {
 		// Subscribe before reading: a commit between the read and the
 		// wait still closes changed.
 		changed, release := s.db.Changed(key)
-		page, err := s.db.Read(ctx, key, offset, streamPageLimit)
+		// Small pages: a reader that stalls holds one until the write
+		// deadline, and thousands of readers may.
+		page, err := s.db.ReadBytes(ctx, key, offset, streamPageLimit, s.opts.StreamPageBytes)
+		if oe := (*log.OffsetError)(nil); err != nil && inc != "" && errors.Is(err, log.ErrUnknownOffset) {
+			switch {
+			case !errors.As(err, &oe):
+				// The stream we served is gone: its instance was deleted.
+				err, page = nil, log.ReadResult{}
+			case oe.Incarnation != inc:
+				// Reset, and our offset is past the new tail.
+				err, page = nil, log.ReadResult{Incarnation: oe.Incarnation}
+			}
+		}
 		if err != nil {
 			release()
 			s.endStream(c, w, err)
 			return nil
 		}
+		if inc != "" && page.Incarnation == "" {
+			release()
+			w.endedFrame(inc)
+			_ = w.flush()
+			return nil
+		}
 		if page.Incarnation != "" {
 			if inc != "" && page.Incarnation != inc {
+				// Reset: say so, with id 0 so that a reconnect resumes in
+				// the new incarnation, and go on from its start.
 				release()
-				e := unknownOffset(&log.OffsetError{Offset: offset, Incarnation: page.Incarnation})
-				e.Message = "the stream was reset: its offsets changed meaning; restart from offset 0"
-				w.errorFrame(e)
-				_ = w.flush()
-				return nil
+				w.resetFrame(inc, page.Incarnation)
+				inc, offset = page.Incarnation, log.Start
+				if w.flush() != nil {
+					return nil
+				}
+				continue
 			}
 			inc = page.Incarnation
 		}
@@ -178,6 +214,13 @@ func (s *Server) waitTail(c echo.Context, w *sseWriter, changed <-chan struct{},
 		case <-changed:
 		case <-ready:
 		case <-heartbeat:
+			if p, ok := PrincipalOf(c); ok && p.Expired(time.Now()) {
+				// The token that opened the stream has expired: say so,
+				// and the client reconnects with a fresh one.
+				w.errorFrame(&APIError{Code: CodeUnauthorized, Message: "the token that opened this stream has expired; reconnect with a new one"})
+				w.flush()
+				return false
+			}
 			w.comment("keepalive")
 			if w.flush() != nil {
 				return false

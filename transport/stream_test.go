@@ -14,6 +14,7 @@ import (
 
 	"github.com/convlog/convlog/log"
 	"github.com/convlog/convlog/transport"
+	"github.com/convlog/convlog/transport/client"
 )
 
 var streamKey = log.Key{Agent: "echo", Instance: "i1", Session: "default"}
@@ -44,7 +45,7 @@ func TestStreamReplayThenTail(t *testing.T) {
 		texts []string
 	}{{a1, []string{"one", "two"}}, {a2, []string{"three"}}} {
 		f := nextData(t, r)
-		if f.Type != transport.FrameConversation || f.Offset != want.a.Offset || f.NextOffset != want.a.NextOffset ||
+		if f.Type != transport.FrameConversation || f.BatchOffset != want.a.Offset || f.NextOffset != want.a.NextOffset ||
 			f.ID != string(want.a.NextOffset) || f.Incarnation != want.a.Incarnation || len(f.Records) != len(want.texts) {
 			t.Fatalf("frame %+v, want batch %+v", f, want.a)
 		}
@@ -61,7 +62,7 @@ func TestStreamReplayThenTail(t *testing.T) {
 		t.Fatal(err)
 	}
 	f = nextData(t, r)
-	if f.Offset != a3.Offset || f.ID != string(a3.NextOffset) || textOf(t, f.Records[0]) != "live" {
+	if f.BatchOffset != a3.Offset || f.ID != string(a3.NextOffset) || textOf(t, f.Records[0]) != "live" {
 		t.Fatalf("live frame %+v", f)
 	}
 	if r.LastEventID() != string(a3.NextOffset) {
@@ -203,7 +204,7 @@ func TestStreamDeltasDropWhenSlow(t *testing.T) {
 	for {
 		f := nextData(t, r)
 		if f.Type == transport.FrameConversation {
-			if f.Offset != a.Offset || textOf(t, f.Records[0]) != "kept" {
+			if f.BatchOffset != a.Offset || textOf(t, f.Records[0]) != "kept" {
 				t.Fatalf("frame %+v", f)
 			}
 			break
@@ -265,7 +266,7 @@ func TestStreamResumeLastEventID(t *testing.T) {
 	appendText("d")
 
 	var got []string
-	collect := func(f transport.Frame) {
+	collect := func(f client.Frame) {
 		for _, rec := range f.Records {
 			got = append(got, textOf(t, rec))
 		}
@@ -291,8 +292,8 @@ func TestStreamResumeLastEventID(t *testing.T) {
 	}
 	defer r.Close()
 	first := nextData(t, r)
-	if string(first.Offset) != last {
-		t.Fatalf("resumed at %s, want %s", first.Offset, last)
+	if string(first.BatchOffset) != last {
+		t.Fatalf("resumed at %s, want %s", first.BatchOffset, last)
 	}
 	collect(first)
 	collect(nextData(t, r))
@@ -311,10 +312,10 @@ func TestStreamResumeLastEventID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sr := transport.NewStreamReader(resp.Body)
+	sr := client.NewStreamReader(resp.Body)
 	defer sr.Close()
-	if f := nextData(t, sr); string(f.Offset) != last {
-		t.Fatalf("Last-Event-ID ignored: frame at %s", f.Offset)
+	if f := nextData(t, sr); string(f.BatchOffset) != last {
+		t.Fatalf("Last-Event-ID ignored: frame at %s", f.BatchOffset)
 	}
 }
 
@@ -349,10 +350,12 @@ func TestStreamReset(t *testing.T) {
 	ctx := testCtx(t)
 	for _, regrow := range []bool{false, true} {
 		t.Run(fmt.Sprint("regrow=", regrow), func(t *testing.T) {
+			// A session of its own: each case starts from an empty stream.
+			streamKey := log.Key{Agent: "echo", Instance: "i1", Session: fmt.Sprint("regrow-", regrow)}
 			if _, err := e.db.Append(ctx, streamKey, userText("old")); err != nil {
 				t.Fatal(err)
 			}
-			r, err := e.c.Stream(ctx, "echo", "i1", "", log.Start)
+			r, err := e.c.Stream(ctx, "echo", "i1", streamKey.Session, log.Start)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -379,24 +382,29 @@ func TestStreamReset(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			var fe transport.Frame
+			var fe client.Frame
 			for {
 				fe, err = r.Next()
 				if err != nil || fe.Comment == "" {
 					break
 				}
 			}
-			var ae *transport.APIError
-			if !errors.As(err, &ae) || ae.Code != transport.CodeUnknownOffset || ae.Incarnation != inc || ae.Status != 0 || fe.Type != transport.FrameError || fe.ID != "" {
-				t.Fatalf("after reset: frame %+v err %v, want unknown_offset with %s", fe, err, inc)
+			// A reset frame with id 0 and the new incarnation; the stream
+			// goes on from the start of the new incarnation.
+			if err != nil || fe.Type != transport.FrameReset || fe.ID != "0" || !strings.Contains(string(fe.Raw), `"incarnation":"`+string(inc)+`"`) {
+				t.Fatalf("after reset: frame %+v err %v, want a reset frame with %s", fe, err, inc)
 			}
 			if !regrow {
-				golden(t, "sse_error_frame.txt", []byte(fmt.Sprintf("data: %s\n\n", fe.Raw)))
+				golden(t, "sse_reset_frame.txt", []byte(fmt.Sprintf("id: %s\ndata: %s\n\n", fe.ID, fe.Raw)))
+				if _, err := e.db.Append(ctx, streamKey, userText("n1")); err != nil {
+					t.Fatal(err)
+				}
 			}
-			// The server ends the response after the error.
-			if _, err := r.Next(); !errors.As(err, &ae) {
-				t.Fatalf("after the error frame: %v", err)
+			f = nextData(t, r)
+			if f.Type != transport.FrameConversation || f.Incarnation != inc || f.BatchOffset != log.Start {
+				t.Fatalf("after the reset frame: %+v", f)
 			}
+			r.Close()
 			e.waitIdle(t)
 		})
 	}
@@ -420,7 +428,7 @@ func TestStreamBadOffsets(t *testing.T) {
 	if status != 400 || errorOf(t, b)["code"] != "invalid_offset" {
 		t.Errorf("bad Last-Event-ID: %d %s", status, b)
 	}
-	if _, err := e.c.Stream(ctx, "ghost", "i1", "", ""); !transport.IsCode(err, transport.CodeNotFound) {
+	if _, err := e.c.Stream(ctx, "ghost", "i1", "", ""); !client.IsCode(err, transport.CodeNotFound) {
 		t.Errorf("unknown agent: %v", err)
 	}
 	// Well-formed but never produced: a plain 400 with the incarnation,
@@ -456,8 +464,8 @@ func TestStreamCatchUp(t *testing.T) {
 	prev := log.Start
 	for i := 0; i < batches; i++ {
 		f := nextData(t, r)
-		if f.Offset != prev {
-			t.Fatalf("frame %d at %s, want %s", i, f.Offset, prev)
+		if f.BatchOffset != prev {
+			t.Fatalf("frame %d at %s, want %s", i, f.BatchOffset, prev)
 		}
 		prev = f.NextOffset
 		for _, rec := range f.Records {
@@ -525,7 +533,7 @@ func TestStreamEndsOnShutdownAndClose(t *testing.T) {
 	})
 }
 
-func nextComment(t *testing.T, r *transport.StreamReader) {
+func nextComment(t *testing.T, r *client.StreamReader) {
 	t.Helper()
 	if f, err := r.Next(); err != nil || f.Comment == "" {
 		t.Fatalf("want a comment: %+v %v", f, err)
@@ -548,7 +556,7 @@ func TestStreamReaderTooSlow(t *testing.T) {
 	defer r.Close()
 	var seen []log.Offset
 	f := nextData(t, r) // the tail: the reader is live
-	seen = append(seen, f.Offset)
+	seen = append(seen, f.BatchOffset)
 
 	// The reader stops taking bytes while 100,000 records (about 20 MB,
 	// more than loopback socket buffers hold) are appended: the server
@@ -571,7 +579,7 @@ func TestStreamReaderTooSlow(t *testing.T) {
 		case err != nil:
 			t.Fatalf("stream ended without reader_too_slow: %v", err)
 		case f.Type == transport.FrameConversation:
-			seen = append(seen, f.Offset)
+			seen = append(seen, f.BatchOffset)
 		}
 	}
 	if slow.Code != transport.CodeReaderTooSlow || slow.Offset == "" || string(slow.Offset) != r.LastEventID() {
@@ -593,10 +601,10 @@ func TestStreamReaderTooSlow(t *testing.T) {
 		if f.Type != transport.FrameConversation {
 			continue
 		}
-		if f.Offset != next {
-			t.Fatalf("resumed at %s, want %s", f.Offset, next)
+		if f.BatchOffset != next {
+			t.Fatalf("resumed at %s, want %s", f.BatchOffset, next)
 		}
-		seen = append(seen, f.Offset)
+		seen = append(seen, f.BatchOffset)
 		next = f.NextOffset
 	}
 	all, err := e.db.Read(ctx, streamKey, log.Start, log.MaxReadLimit)
@@ -650,7 +658,7 @@ func TestStreamCoalescedBurst(t *testing.T) {
 				t.Fatalf("turn %d delta %d: %+v, want %s", turn, i, f, want)
 			}
 		}
-		if f := nextData(t, r); f.Type != transport.FrameConversation || f.Offset != a.Offset {
+		if f := nextData(t, r); f.Type != transport.FrameConversation || f.BatchOffset != a.Offset {
 			t.Fatalf("turn %d: %+v, want the batch at %s", turn, f, a.Offset)
 		}
 	}

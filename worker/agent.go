@@ -33,6 +33,18 @@ type Scope struct {
 	Session  string `json:"session"`
 	Agent    string `json:"agent"`
 	Instance string `json:"instance"`
+	// TurnID is the turn being run: for logs and tracing, not for state.
+	TurnID string `json:"turnId,omitempty"`
+	// Principal is who delivered the turn's own submission, when access
+	// control is on; nil otherwise.
+	Principal *Principal `json:"principal,omitempty"`
+}
+
+// Principal is an authenticated caller: the token's issuer ("" for a
+// static token) and subject.
+type Principal struct {
+	Issuer  string `json:"issuer,omitempty"`
+	Subject string `json:"subject"`
 }
 
 // Prompt is what the turn answers: the text of every submission it answers,
@@ -55,10 +67,13 @@ const (
 	EventText        = "text"
 	EventThinking    = "thinking"
 	EventToolStarted = "tool_started"
-	EventToolEnded   = "tool_ended"
-	EventRetrying    = "retrying"
-	EventCompleted   = "completed"
-	EventFailed      = "failed"
+	// EventToolInputDelta is a fragment of a tool call's arguments as the
+	// model writes them, before its tool_started (presentation only).
+	EventToolInputDelta = "tool_input_delta"
+	EventToolEnded      = "tool_ended"
+	EventRetrying       = "retrying"
+	EventCompleted      = "completed"
+	EventFailed         = "failed"
 )
 
 // Event is one element of a turn's stream. Which fields are set depends on
@@ -84,6 +99,11 @@ type Event struct {
 	Details   string `json:"details,omitempty"`   // failed
 	Retryable bool   `json:"retryable,omitempty"` // failed
 	Code      string `json:"code,omitempty"`      // failed
+
+	// Raw is the event as an out-of-process agent sent it. An event of a
+	// type the pool does not know is relayed to live readers as Raw,
+	// unchanged; one without Raw is relayed as its JSON encoding.
+	Raw json.RawMessage `json:"-"`
 }
 
 // Text is a text delta.
@@ -95,6 +115,11 @@ func Thinking(delta string) Event { return Event{Type: EventThinking, Delta: del
 // ToolStarted begins tool call id.
 func ToolStarted(id, name string, args json.RawMessage) Event {
 	return Event{Type: EventToolStarted, ID: id, Name: name, Args: args}
+}
+
+// ToolInputDelta is a fragment of the arguments of tool call id.
+func ToolInputDelta(id, name, delta string) Event {
+	return Event{Type: EventToolInputDelta, ID: id, Name: name, Delta: delta}
 }
 
 // ToolEnded ends tool call id.

@@ -1,10 +1,10 @@
-// Package worker runs the agents behind conversations. It owns the Agent
-// Handler contract (Agent, Event), the built-in echo agent, the relay that
-// publishes admitted submissions from the log's outbox to NATS JetStream,
-// the pool that consumes them and runs one turn at a time per session, and
-// the bus that carries presentation-only deltas over NATS core subjects.
+// Package worker is the Agent Handler contract as Go code: Agent, the
+// Event stream a turn yields and its constructors, Scope and Prompt, the
+// busy policies, and the built-in echo agent. It is what an agent author
+// imports, and it links no NATS, no bbolt and no HTTP framework.
 //
-// The log is the source of truth: JetStream is the doorbell that says a
-// session has work, and every decision (is this submission still admitted?
-// which ones does the next turn answer?) is taken from the log.
+// The machinery that runs agents lives below it: worker/pool consumes
+// admitted submissions and runs one turn at a time per session;
+// worker/natsbus is the NATS plumbing (relay, leases, delta bus, embedded
+// server).
 package worker

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/convlog/convlog/transport"
+	"github.com/convlog/convlog/transport/client"
+	"github.com/convlog/convlog/worker/agenttest"
+)
+
+// kill -9 of convlog during an exec turn leaves no child alive: the real
+// binary, a real program that would sleep for a minute.
+func TestExecKill9LeavesNoChild(t *testing.T) {
+	py := agenttest.Python(t)
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "pid")
+	script := filepath.Join(dir, "slow.py")
+	os.WriteFile(script, []byte(`import os, sys, time
+open(`+strconv.Quote(pidFile)+`, "w").write(str(os.getpid()))
+print('{"type":"text","delta":"working"}', flush=True)
+time.sleep(60)
+`), 0o644)
+	cfgFile := filepath.Join(dir, "convlog.yaml")
+	os.WriteFile(cfgFile, []byte(fmt.Sprintf("agents:\n  - name: slow\n    kind: exec\n    command: [%q, %q]\n", py, script)), 0o644)
+	bin := filepath.Join(dir, "convlog")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := l.Addr().String()
+	l.Close()
+	cmd := exec.Command(bin, "serve", "--listen", addr, "--data", filepath.Join(dir, "data"), "--config", cfgFile)
+	var out strings.Builder
+	cmd.Stderr = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	c := &client.Client{BaseURL: "http://" + addr}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := c.Deliver(context.Background(), "slow", "i", transport.DeliverRequest{Message: transport.Message{Kind: "user", Body: "go"}}, "")
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("service never answered: %v\n%s", err, out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var pid int
+	for pid == 0 {
+		if b, err := os.ReadFile(pidFile); err == nil && len(b) > 0 {
+			pid, _ = strconv.Atoi(string(b))
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the program never started\n%s", out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := syscall.Kill(pid, 0); err != nil {
+		t.Fatalf("the program %d is not running: %v", pid, err)
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	for syscall.Kill(pid, 0) == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("the program %d outlived convlog", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A bad config file stops serve before it listens, with one line naming
+// the file, the line and the field.
+func TestServeRefusesBadConfig(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "convlog.yaml")
+	os.WriteFile(f, []byte("agents:\n  - name: a\n    kind: nope\n"), 0o644)
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := l.Addr().String()
+	l.Close()
+	err := serveCommand(context.Background(), []string{"--listen", addr, "--data", t.TempDir(), "--config", f})
+	if err == nil || err.Error() != f+`:3: agents[0].kind: unknown kind "nope" (want openai, http, exec or echo)` {
+		t.Fatalf("%v", err)
+	}
+	if conn, err := net.Dial("tcp", addr); err == nil {
+		conn.Close()
+		t.Fatal("it listened")
+	}
+}
+
+// The auth section of the config file turns access control on: a file
+// with only that section serves echo, to token holders only.
+func TestServeConfigAuthSection(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "convlog.yaml")
+	// sha256("test") = 9f86d08…
+	os.WriteFile(f, []byte(`auth:
+  tokens:
+    - sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08
+      principal: ops
+      scopes: ["read:*/*", "deliver:*/*"]
+`), 0o644)
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := l.Addr().String()
+	l.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- serveCommand(ctx, []string{"--listen", addr, "--data", t.TempDir(), "--config", f, "--log-level", "error"})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	}()
+	post := func(token string) int {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/agents/echo/i", strings.NewReader(`{"message":"hi"}`))
+		req.Header.Set("Content-Type", "application/json")
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for post("") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("serve never listened")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if st := post(""); st != http.StatusUnauthorized {
+		t.Fatalf("without a token: %d", st)
+	}
+	if st := post("test"); st != http.StatusAccepted {
+		t.Fatalf("with the token: %d", st)
+	}
+}

@@ -1,0 +1,134 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// A full disk that failed a write of the embedded JetStream store leaves
+// that store failing every later write, even once there is space again
+// (nats-server keeps the error). The service restarts JetStream after the
+// relay has failed for 15s, and is ready again by itself.
+func TestEmbeddedStoreRevivesAfterFullDisk(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out 15 s of a failing broker; skipped with -short")
+	}
+	mnt := mountTmpfs(t, "160m")
+	logs := &syncBuffer{}
+	svc, c := testService(t, func(cfg *Config) {
+		cfg.Data = filepath.Join(mnt, "data")
+		cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	})
+	acc := deliver(t, c, "echo", "i", "s", "before")
+	if s, err := c.Submission(context.Background(), "echo", "i", acc.SubmissionID, 20*time.Second); err != nil || s.Status != "completed" {
+		t.Fatalf("before: %+v %v", s, err)
+	}
+	waitReady(t, svc.Addr(), http.StatusOK)
+
+	fillDisk(t, filepath.Join(mnt, "filler"))
+	// Doorbells of a session with nothing admitted (the pool finds
+	// nothing to run) until the store fails a write.
+	js, err := jetstream.New(svc.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := false
+	for range 20000 {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err := js.Publish(ctx, "convlog.submissions.echo",
+			[]byte(`{"submissionId":"sub_none","agent":"echo","instance":"i","session":"empty"}`))
+		cancel()
+		if err != nil {
+			failed = true
+			break
+		}
+	}
+	if !failed {
+		t.Fatal("the store never failed a write on a full disk")
+	}
+	os.Remove(filepath.Join(mnt, "filler"))
+
+	acc = deliver(t, c, "echo", "i", "s", "after")
+	waitReady(t, svc.Addr(), http.StatusServiceUnavailable) // the relay fails
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(logs.String())
+		}
+	})
+	// JetStream is restarted after the relay has failed for 15 s, and a
+	// publish takes up to 10 s to fail: a bound of its own, past
+	// waitReady's 30 s, so that a loaded machine does not fail the test.
+	deadline := time.Now().Add(2 * time.Minute)
+	for readyStatus(t, svc.Addr()) != http.StatusOK {
+		if time.Now().After(deadline) {
+			t.Fatal("/readyz never ready again")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !strings.Contains(logs.String(), "embedded JetStream restarted") {
+		t.Fatalf("ready without a restart:\n%s", logs.String())
+	}
+	if s, err := c.Submission(context.Background(), "echo", "i", acc.SubmissionID, 30*time.Second); err != nil || s.Status != "completed" {
+		t.Fatalf("after: %+v %v\n%s", s, err, logs.String())
+	}
+}
+
+// mountTmpfs mounts a tmpfs of size on a temp folder for the test, or
+// skips it where mounting is not allowed (it needs root).
+func mountTmpfs(t *testing.T, size string) string {
+	mnt := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", mnt).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs here (needs root): %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", mnt).Run() })
+	return mnt
+}
+
+func fillDisk(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	chunk := make([]byte, 1<<20)
+	for _, n := range []int{1 << 20, 64 << 10, 4 << 10, 512} {
+		for {
+			if _, err := f.Write(chunk[:n]); err != nil {
+				if !errors.Is(err, syscall.ENOSPC) {
+					t.Fatal(err)
+				}
+				break
+			}
+		}
+	}
+}

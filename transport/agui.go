@@ -1,0 +1,276 @@
+package transport
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+
+	"github.com/convlog/convlog/internal/auth"
+	"github.com/convlog/convlog/log"
+	"github.com/labstack/echo/v4"
+)
+
+// The AG-UI adapter: POST /ag-ui/:agent takes a RunAgentInput and answers
+// the run's events as SSE. The thread id is the instance (session
+// "default"), the last user message is the input (the log holds the rest),
+// its id makes the run idempotent, and the run id is echoed.
+
+type aguiInput struct {
+	ThreadID string        `json:"threadId"`
+	RunID    string        `json:"runId"`
+	Messages []aguiMessage `json:"messages"`
+}
+
+type aguiMessage struct {
+	ID      string          `json:"id"`
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+type aguiContent struct {
+	Type     string `json:"type"`
+	Text     string `json:"text"`
+	MimeType string `json:"mimeType"`
+	URL      string `json:"url"`
+	Data     string `json:"data"`
+	Filename string `json:"filename"`
+}
+
+func decodeAGUI(body []byte) (in aguiInput, msgID string, p log.MessagePayload, err error) {
+	if err := json.Unmarshal(body, &in); err != nil {
+		return in, "", p, badRequest("%s", describeJSONError(err, ""))
+	}
+	if in.ThreadID == "" || in.RunID == "" {
+		return in, "", p, badRequest(`"threadId" and "runId" are required`)
+	}
+	if err := validInstance("threadId", in.ThreadID); err != nil {
+		return in, "", p, err
+	}
+	if len(in.Messages) == 0 {
+		return in, "", p, badRequest(`"messages" is empty: the last one must be the user's input`)
+	}
+	last := in.Messages[len(in.Messages)-1]
+	if last.Role != "user" {
+		return in, "", p, badRequest(`the last message must be the user's, not %q`, clip(last.Role))
+	}
+	var text string
+	if len(last.Content) > 0 && last.Content[0] == '"' {
+		if err := json.Unmarshal(last.Content, &text); err != nil {
+			return in, "", p, badRequest(`"content": %s`, describeJSONError(err, ""))
+		}
+		if strings.TrimSpace(text) != "" {
+			p.Parts = append(p.Parts, log.Part{Type: log.PartText, Text: text})
+		}
+	} else if !isNull(last.Content) {
+		var parts []aguiContent
+		if err := json.Unmarshal(last.Content, &parts); err != nil {
+			return in, "", p, badRequest(`"content" must be a string or an array of parts`)
+		}
+		for _, c := range parts {
+			var lp log.Part
+			switch {
+			case c.Type == "text" && c.Text != "":
+				lp = log.Part{Type: log.PartText, Text: c.Text}
+			case c.Type == "binary" && c.MimeType != "" && (c.URL != "" || c.Data != ""):
+				u := c.URL
+				if u == "" {
+					u = "data:" + c.MimeType + ";base64," + c.Data
+				}
+				lp = log.Part{Type: log.PartFile, MediaType: c.MimeType, URL: u, Filename: c.Filename}
+			default:
+				continue
+			}
+			if err := validatePart(lp); err != nil {
+				return in, "", p, badRequest(`the last message: %s`, err)
+			}
+			p.Parts = append(p.Parts, lp)
+		}
+	}
+	if len(p.Parts) == 0 {
+		return in, "", p, badRequest("the last message has no text")
+	}
+	if last.ID != "" {
+		p.Metadata = compactJSON(map[string]string{"agUiMessageId": last.ID, "agUiRunId": in.RunID})
+	}
+	return in, last.ID, p, nil
+}
+
+// agUIRun is POST /ag-ui/:agent.
+func (s *Server) agUIRun(c echo.Context) error {
+	agent, body, release, err := s.adapterRequest(c)
+	if err != nil {
+		return err
+	}
+	defer release()
+	in, msgID, payload, err := decodeAGUI(body)
+	if err != nil {
+		return err
+	}
+	if err := s.allowConversation(c, agent, in.ThreadID, auth.VerbDeliver, auth.VerbRead); err != nil {
+		return err
+	}
+	policy, err := s.agentPolicy(agent)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	key := log.Key{Agent: agent, Instance: in.ThreadID, Session: log.DefaultSession}
+	cur := s.followDeltas(ctx, key)
+	if cur != nil {
+		defer cur.Close()
+	}
+	// The run id is not part of the idempotency: a client retrying a run
+	// may well mint a new one for the same message.
+	sub, replayed, err := s.admitMessage(c, adapterAdmission{key: key, policy: policy, payload: payload, idemScope: "ag-ui", idemID: msgID})
+	if err != nil {
+		return err
+	}
+	release() // admitted: the answer may stream for a whole turn
+	fresh := true
+	if replayed {
+		if sub, err = s.db.Submission(ctx, sub.ID); err != nil {
+			return err
+		}
+		fresh = sub.Status == log.StatusAdmitted
+	}
+	s.streams.Add(1)
+	defer s.streams.Add(-1)
+	w := s.openSSE(c, nil)
+	defer w.release()
+	sink := &aguiSink{w: w, threadID: in.ThreadID, runID: in.RunID}
+	err = s.newTurnView(key, sub, cur, fresh, sink).run(ctx)
+	switch {
+	case err == nil, errors.Is(err, errViewStopped):
+	default:
+		if !errors.Is(err, errViewReset) {
+			s.log.ErrorContext(ctx, "ag-ui stream", "key", key.String(), "err", err)
+		}
+		sink.closeOpen()
+		sink.event(aguiEvent{Type: "RUN_ERROR", Message: err.Error(), Code: "stream_failed"})
+	}
+	_ = w.flush()
+	return nil
+}
+
+// aguiEvent is every event the adapter sends; the fields of its type are
+// set, the others are empty and omitted.
+type aguiEvent struct {
+	Type         string          `json:"type"`
+	ThreadID     string          `json:"threadId,omitempty"`
+	RunID        string          `json:"runId,omitempty"`
+	MessageID    string          `json:"messageId,omitempty"`
+	Role         string          `json:"role,omitempty"`
+	Delta        string          `json:"delta,omitempty"`
+	ToolCallID   string          `json:"toolCallId,omitempty"`
+	ToolCallName string          `json:"toolCallName,omitempty"`
+	ParentMsgID  string          `json:"parentMessageId,omitempty"`
+	Content      *string         `json:"content,omitempty"`
+	Outcome      json.RawMessage `json:"outcome,omitempty"`
+	Message      string          `json:"message,omitempty"`
+	Code         string          `json:"code,omitempty"`
+}
+
+type aguiSink struct {
+	w               *sseWriter
+	threadID, runID string
+	subID           string
+	open            map[string]string // message id -> kind, of open messages
+	lastText        string            // the run's latest assistant text message
+
+}
+
+func (k *aguiSink) event(e aguiEvent) { k.w.event("", compactJSON(e)) }
+
+// msgID makes a part id unique in the thread: one run's parts are named
+// after its submission.
+func (k *aguiSink) msgID(id string) string { return k.subID + "." + id }
+
+func (k *aguiSink) emit(ev viewEvent) {
+	switch ev.Op {
+	case opStart:
+		k.subID = ev.Sub.ID
+		k.open = map[string]string{}
+		k.event(aguiEvent{Type: "RUN_STARTED", ThreadID: k.threadID, RunID: k.runID})
+	case opPartStart:
+		id := k.msgID(ev.ID)
+		k.open[id] = ev.Kind
+		if ev.Kind == kindReasoning {
+			k.event(aguiEvent{Type: "REASONING_START", MessageID: id})
+			k.event(aguiEvent{Type: "REASONING_MESSAGE_START", MessageID: id, Role: "reasoning"})
+		} else {
+			k.lastText = id
+			k.event(aguiEvent{Type: "TEXT_MESSAGE_START", MessageID: id, Role: "assistant"})
+		}
+	case opPartDelta:
+		if ev.Delta == "" {
+			return
+		}
+		t := "TEXT_MESSAGE_CONTENT"
+		if ev.Kind == kindReasoning {
+			t = "REASONING_MESSAGE_CONTENT"
+		}
+		k.event(aguiEvent{Type: t, MessageID: k.msgID(ev.ID), Delta: ev.Delta})
+	case opPartEnd:
+		k.end(k.msgID(ev.ID), ev.Kind)
+	case opToolCall:
+		// The call belongs to the text before it: one assistant message
+		// with its tool calls, as the client builds it.
+		k.event(aguiEvent{Type: "TOOL_CALL_START", ToolCallID: ev.ID, ToolCallName: ev.ToolName, ParentMsgID: k.lastText})
+		k.event(aguiEvent{Type: "TOOL_CALL_ARGS", ToolCallID: ev.ID, Delta: string(rawOrNull(ev.Input))})
+		k.event(aguiEvent{Type: "TOOL_CALL_END", ToolCallID: ev.ID})
+	case opToolResult:
+		content := toolResultText(ev.Output)
+		k.event(aguiEvent{Type: "TOOL_CALL_RESULT", MessageID: k.subID + ".result." + ev.ID, ToolCallID: ev.ID, Content: &content, Role: "tool"})
+	case opFinish:
+		k.closeOpen()
+		switch ev.Outcome {
+		case log.OutcomeCompleted:
+			k.event(aguiEvent{Type: "RUN_FINISHED", ThreadID: k.threadID, RunID: k.runID})
+		case log.OutcomeAborted:
+			k.event(aguiEvent{Type: "RUN_FINISHED", ThreadID: k.threadID, RunID: k.runID, Outcome: json.RawMessage(`{"type":"cancelled"}`)})
+		default:
+			code := "failed"
+			if ev.Failure != nil && ev.Failure.Code != "" {
+				code = ev.Failure.Code
+			}
+			msg := "the run failed"
+			if ev.Failure != nil && ev.Failure.Message != "" {
+				msg = ev.Failure.Message
+			}
+			k.event(aguiEvent{Type: "RUN_ERROR", Message: msg, Code: code})
+		}
+	}
+}
+
+func (k *aguiSink) end(id, kind string) {
+	if _, ok := k.open[id]; !ok {
+		return
+	}
+	delete(k.open, id)
+	if kind == kindReasoning {
+		k.event(aguiEvent{Type: "REASONING_MESSAGE_END", MessageID: id})
+		k.event(aguiEvent{Type: "REASONING_END", MessageID: id})
+		return
+	}
+	k.event(aguiEvent{Type: "TEXT_MESSAGE_END", MessageID: id})
+}
+
+// closeOpen ends the messages still open: a run may not end inside one.
+func (k *aguiSink) closeOpen() {
+	for id, kind := range k.open {
+		k.end(id, kind)
+	}
+}
+
+// toolResultText is a tool's output as AG-UI content: a JSON string as its
+// text, anything else as its JSON.
+func toolResultText(out json.RawMessage) string {
+	var s string
+	if len(out) > 0 && out[0] == '"' && json.Unmarshal(out, &s) == nil {
+		return s
+	}
+	return string(rawOrNull(out))
+}
+
+func (k *aguiSink) keepalive()   { k.w.comment("keepalive") }
+func (k *aguiSink) flush() error { return k.w.flush() }

@@ -1,0 +1,69 @@
+package transport
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+
+	"github.com/convlog/convlog/log"
+)
+
+// TestSharedFrameMatchesOwn: a frame taken from the shared cache must be
+// byte for byte what the reader would have encoded itself, in both framings,
+// for compact records and for the rare records with a line break.
+func TestSharedFrameMatchesOwn(t *testing.T) {
+	var cache frameCache
+	batches := []log.Batch{
+		{Offset: "0000000000000001", Records: log.RawRecords(`[{"kind":"entry","entry":{"id":"a"}}]`)},
+		{Offset: "0000000000000002", Records: log.RawRecords("[{\"kind\":\"entry\",\n\"entry\":{\"id\":\"b\"}}]")},
+		{Offset: "0000000000000003"},
+	}
+	for _, ndjson := range []bool{false, true} {
+		for _, b := range batches {
+			var own, shared bytes.Buffer
+			w := &sseWriter{w: &own, ndjson: ndjson}
+			w.conversation("inc_1", b, "0000000000000009")
+			_ = w.buf.Flush()
+			putBuffer(w.buf)
+			f := cache.frame("inc_1", b, "0000000000000009", ndjson)
+			shared.Write(f)
+			if !bytes.Equal(own.Bytes(), shared.Bytes()) {
+				t.Fatalf("ndjson=%v offset %s:\n shared %q\n own    %q", ndjson, b.Offset, shared.Bytes(), own.Bytes())
+			}
+			if again := cache.frame("inc_1", b, "0000000000000009", ndjson); &again[0] != &f[0] {
+				t.Fatalf("ndjson=%v offset %s: encoded twice", ndjson, b.Offset)
+			}
+		}
+	}
+	// The cache keeps a bounded number of frames.
+	for i := range 2 * frameCacheSize {
+		cache.frame("inc_2", log.Batch{Offset: log.Offset(fmt.Sprintf("%016d", i))}, "x", false)
+	}
+	if n := len(cache.frames); n > frameCacheSize {
+		t.Fatalf("%d frames cached, want at most %d", n, frameCacheSize)
+	}
+}
+
+// BenchmarkLiveFrame is one reader's share of writing a live batch (a
+// ~600-byte user message or reply) into its buffer: encoded by each reader,
+// or taken from the shared cache.
+func BenchmarkLiveFrame(b *testing.B) {
+	rec := `{"kind":"entry","entry":{"id":"01JDXYZ","parentId":"01JDXYA","timestamp":"2026-12-01T20:00:00.123456789Z","type":"user_message","submissionId":"sub_01JDXYZ","payload":{"parts":[{"type":"text","text":"` + string(bytes.Repeat([]byte("x"), 400)) + `"}]}}}`
+	batch := log.Batch{Offset: "0000000000000001", Records: log.RawRecords("[" + rec + "]")}
+	for _, shared := range []bool{false, true} {
+		b.Run(fmt.Sprintf("shared=%v", shared), func(b *testing.B) {
+			var cache frameCache
+			var sink bytes.Buffer
+			for b.Loop() {
+				sink.Reset()
+				w := &sseWriter{w: &sink}
+				if shared {
+					w.frames = &cache
+				}
+				w.conversation("inc_1", batch, "0000000000000002")
+				_ = w.buf.Flush()
+				putBuffer(w.buf)
+			}
+		})
+	}
+}

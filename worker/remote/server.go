@@ -1,0 +1,305 @@
+package remote
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/worker/natsbus"
+)
+
+// ServerConfig configures the log owner's side.
+type ServerConfig struct {
+	Log       *clog.DB
+	NATS      *nats.Conn
+	Namespace natsbus.Namespace
+	// Replicas of the lease bucket, as the workers open it. Default 1.
+	Replicas int
+	// LeaseTTL must be the workers' (the bucket has one TTL). Default
+	// natsbus.DefaultLeaseTTL.
+	LeaseTTL time.Duration
+	Logger   *slog.Logger
+	// MaxInFlight bounds the requests being answered at once; the rest
+	// wait in the subscription (whose own limits then drop, and the
+	// workers retry). Default 256.
+	MaxInFlight int
+}
+
+// Server answers the remote workers' log requests for the log's owner, and
+// holds the namespace claim that a pool would hold in one process.
+type Server struct {
+	cfg    ServerConfig
+	logger *slog.Logger
+
+	mu      sync.Mutex
+	leases  *natsbus.Leases
+	started bool
+	err     error // why not started yet
+
+	handlers sync.WaitGroup
+	sem      chan struct{}
+}
+
+// NewServer makes a server; Run starts it.
+func NewServer(cfg ServerConfig) (*Server, error) {
+	if cfg.Log == nil || cfg.NATS == nil {
+		return nil, errors.New("remote server: Log and NATS are required")
+	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = natsbus.DefaultLeaseTTL
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxInFlight <= 0 {
+		cfg.MaxInFlight = 256
+	}
+	return &Server{cfg: cfg, logger: cfg.Logger, sem: make(chan struct{}, cfg.MaxInFlight)}, nil
+}
+
+// Ready reports whether workers can be answered: the lease bucket open and
+// the namespace claimed.
+func (s *Server) Ready() error {
+	if st := s.cfg.NATS.Status(); st != nats.CONNECTED {
+		return fmt.Errorf("nats %s", st)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.started {
+		if s.err != nil {
+			return fmt.Errorf("remote workers not served yet: %w", s.err)
+		}
+		return errors.New("remote workers not served yet")
+	}
+	return nil
+}
+
+// Run answers requests until ctx ends. It returns an error only when the
+// namespace belongs to another data folder.
+func (s *Server) Run(ctx context.Context) error {
+	js, err := jetstream.New(s.cfg.NATS)
+	if err != nil {
+		return fmt.Errorf("remote server: %w", err)
+	}
+	var claim *natsbus.Claim
+	backoff := 100 * time.Millisecond
+	for {
+		var leases *natsbus.Leases
+		// Not cancelled by a stop: the broker completes a bucket creation
+		// its caller gave up on (see pool.Pool's start).
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+		leases, err = natsbus.OpenLeasesReplicas(sctx, js, s.cfg.Namespace, s.cfg.LeaseTTL, s.cfg.Log.InstanceID(), s.cfg.Replicas)
+		if err == nil {
+			claim, err = leases.ClaimNamespace(sctx, s.cfg.Namespace)
+		}
+		cancel()
+		if err == nil {
+			s.mu.Lock()
+			s.leases, s.started, s.err = leases, true, nil
+			s.mu.Unlock()
+			break
+		}
+		if errors.Is(err, natsbus.ErrNamespaceInUse) {
+			return fmt.Errorf("remote server: %w", err)
+		}
+		s.mu.Lock()
+		s.err = err
+		s.mu.Unlock()
+		s.logger.Warn("remote: cannot serve workers yet; retrying", "err", err, "backoff", backoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+	reqCtx, cancelReqs := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelReqs()
+	sub, err := s.cfg.NATS.QueueSubscribe(s.cfg.Namespace.LogSubject("*"), "owner", func(m *nats.Msg) {
+		s.sem <- struct{}{} // bounded: the subscription's buffer waits
+		s.handlers.Add(1)
+		go func() {
+			defer s.handlers.Done()
+			defer func() { <-s.sem }()
+			s.answer(reqCtx, m)
+		}()
+	})
+	if err != nil {
+		return fmt.Errorf("remote server: subscribe: %w", err)
+	}
+	t := time.NewTicker(s.cfg.LeaseTTL / 3)
+	defer t.Stop()
+	var lost error
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case <-t.C:
+			rctx, cancel := context.WithTimeout(ctx, s.cfg.LeaseTTL/3)
+			err := claim.Renew(rctx)
+			cancel()
+			if errors.Is(err, natsbus.ErrNamespaceInUse) {
+				lost = fmt.Errorf("remote server: %w", err)
+				break loop
+			} else if err != nil && ctx.Err() == nil {
+				s.logger.Warn("remote: renew the namespace claim", "err", err)
+			}
+		}
+	}
+	_ = sub.Unsubscribe()
+	s.handlers.Wait()
+	if lost == nil {
+		if err := claim.Release(context.WithoutCancel(ctx)); err != nil {
+			s.logger.Warn("remote: release the namespace claim (it will lapse)", "err", err)
+		}
+	}
+	return lost
+}
+
+func (s *Server) answer(ctx context.Context, m *nats.Msg) {
+	var rq request
+	var res response
+	if err := decode(m.Data, &rq); err != nil {
+		res.setErr(fmt.Errorf("%w: %v", clog.ErrInvalidRecord, err))
+	} else {
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		res = s.do(ctx, subjectOp(m.Subject), &rq)
+		cancel()
+	}
+	if m.Reply == "" {
+		return
+	}
+	if err := m.Respond(encode(&res)); err != nil {
+		s.logger.Debug("remote: respond", "err", err)
+	}
+}
+
+func (s *Server) do(ctx context.Context, op string, rq *request) (res response) {
+	db := s.cfg.Log
+	var err error
+	switch op {
+	case opSubmission:
+		res.Sub, err = db.Submission(ctx, rq.ID)
+	case opPending:
+		res.Subs, err = db.Pending(ctx, rq.Key)
+	case opUnsettled:
+		res.Subs, res.Cursor, err = db.UnsettledPage(ctx, rq.Cursor, rq.Limit)
+	case opRead:
+		res.Read, err = db.Read(ctx, rq.Key, rq.Offset, rq.Limit)
+	case opTail:
+		res.Inc, res.Offset, err = db.Tail(ctx, rq.Key)
+	case opInstance:
+		res.Instance = db.InstanceID()
+	case opWrite:
+		res.Appended, err = s.write(ctx, rq)
+	default:
+		err = fmt.Errorf("%w: unknown operation %q", clog.ErrInvalidRecord, op)
+	}
+	res.setErr(err)
+	return res
+}
+
+// write commits a worker's write if its fence holds, and answers a retry
+// of a write already committed as that write's success.
+func (s *Server) write(ctx context.Context, rq *request) (clog.Appended, error) {
+	w := rq.Write
+	if rq.Fence.Lease != "" {
+		s.mu.Lock()
+		leases := s.leases
+		s.mu.Unlock()
+		holder, err := leases.Holder(ctx, w.Key)
+		if err != nil {
+			return clog.Appended{}, fmt.Errorf("%w: check the lease: %v", errUnavailable, err)
+		}
+		if holder != rq.Fence.Lease {
+			return clog.Appended{}, fmt.Errorf("%w: %s turn %s step %d: the lease names %q", ErrFenced, w.Key, w.TurnID, rq.Fence.Step, holder)
+		}
+	}
+	app, err := s.cfg.Log.Write(ctx, w)
+	if err != nil && s.replayed(ctx, w, err) {
+		s.logger.Info("remote: a retried write was committed already", "session", w.Key.String(), "turn", w.TurnID, "step", rq.Fence.Step)
+		inc, next, terr := s.cfg.Log.Tail(ctx, w.Key)
+		if terr != nil {
+			return clog.Appended{}, terr
+		}
+		return clog.Appended{Incarnation: inc, NextOffset: next}, nil
+	}
+	return app, err
+}
+
+// replayed reports whether a write refused with err is one already in the
+// log: its entries (whose ids the client fixed before the first attempt)
+// are there, or its starts and settlements are the submissions' state.
+// Writes commit atomically, so any part found means the whole write was.
+func (s *Server) replayed(ctx context.Context, w clog.Write, err error) bool {
+	if len(w.Start) == 0 && len(w.Settle) == 0 {
+		return errors.Is(err, clog.ErrDuplicateEntry)
+	}
+	if !errors.Is(err, clog.ErrSubmissionSettled) && !errors.Is(err, clog.ErrSubmissionState) {
+		return false
+	}
+	for _, id := range w.Start {
+		sub, err := s.cfg.Log.Submission(ctx, id)
+		if err != nil || sub.TurnID != w.TurnID || sub.Status == clog.StatusAdmitted {
+			return false
+		}
+	}
+	for _, st := range w.Settle {
+		sub, err := s.cfg.Log.Submission(ctx, st.SubmissionID)
+		if err != nil || sub.Status != clog.Status(st.Outcome) || (w.TurnID != "" && sub.TurnID != w.TurnID) {
+			return false
+		}
+		if (sub.Error == nil) != (st.Error == nil) || (sub.Error != nil && sub.Error.Code != st.Error.Code) {
+			return false
+		}
+	}
+	return true
+}
+
+// Abort ends a submission for the HTTP API when no agents run in this
+// process (`serve --workers=0`): one not yet started is settled aborted
+// here; a running one is cancelled by the worker that runs it, which is
+// asked over NATS and answers once the turn has settled (within ctx). If
+// no worker answers, the turn's worker is gone and the sweep of another
+// settles it interrupted once its lease lapses.
+func (s *Server) Abort(ctx context.Context, id string) (clog.Submission, error) {
+	db := s.cfg.Log
+	sub, err := db.Submission(ctx, id)
+	if err != nil {
+		return clog.Submission{}, err
+	}
+	if sub.Status.Terminal() {
+		return sub, fmt.Errorf("abort %s: %w", id, clog.ErrSubmissionSettled)
+	}
+	if sub.Status == clog.StatusAdmitted {
+		_, err := db.Write(ctx, clog.Write{Key: sub.Key, Settle: []clog.Settlement{{
+			SubmissionID: id, Outcome: clog.OutcomeAborted,
+			Error: &clog.Failure{Code: "aborted", Message: "aborted before it ran"},
+		}}})
+		if err == nil {
+			return db.Submission(ctx, id)
+		}
+		if !errors.Is(err, clog.ErrSubmissionState) && !errors.Is(err, clog.ErrSubmissionSettled) {
+			return clog.Submission{}, fmt.Errorf("abort %s: %w", id, err)
+		}
+		// Started (or settled) meanwhile by a worker: ask it, below.
+	}
+	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	m, err := s.cfg.NATS.RequestWithContext(actx, s.cfg.Namespace.AbortSubject(), []byte(id))
+	if err == nil {
+		var res response
+		if err := decode(m.Data, &res); err == nil && res.err() == nil {
+			return res.Sub, nil
+		}
+	}
+	return db.Submission(context.WithoutCancel(ctx), id)
+}
