@@ -40,6 +40,13 @@ func TestSubmissionLifecycle(t *testing.T) {
 	if err != nil || len(pending) != 2 || pending[0].ID != s1.ID || pending[1].ID != s2.ID {
 		t.Fatalf("pending %v %v", pending, err)
 	}
+	first, err := db.PendingFirst(ctx, testKey, 1)
+	if err != nil || len(first) != 1 || first[0].ID != s1.ID {
+		t.Fatalf("first pending %v %v", first, err)
+	}
+	if _, err := db.PendingFirst(ctx, testKey, 0); !errors.Is(err, clog.ErrInvalidRecord) {
+		t.Fatalf("pending with limit 0: %v", err)
+	}
 	out, err := db.Unpublished(ctx, 10)
 	if err != nil || len(out) != 2 {
 		t.Fatalf("outbox %v %v", out, err)

@@ -53,6 +53,20 @@ func (db *DB) Submission(ctx context.Context, id string) (Submission, error) {
 // Pending returns the stream's unsettled submissions (admitted or running)
 // in admission order.
 func (db *DB) Pending(ctx context.Context, key Key) ([]Submission, error) {
+	return db.pending(ctx, key, math.MaxInt)
+}
+
+// PendingFirst returns the stream's first limit unsettled submissions
+// (admitted or running) in admission order: what a turn may take, without
+// loading a backlog of any size.
+func (db *DB) PendingFirst(ctx context.Context, key Key, limit int) ([]Submission, error) {
+	if limit <= 0 {
+		return nil, fmt.Errorf("pending %s: %w: limit %d", key, ErrInvalidRecord, limit)
+	}
+	return db.pending(ctx, key, limit)
+}
+
+func (db *DB) pending(ctx context.Context, key Key, limit int) ([]Submission, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -62,7 +76,7 @@ func (db *DB) Pending(ctx context.Context, key Key) ([]Submission, error) {
 		if err != nil || !ok {
 			return err
 		}
-		out, err = submissionsUnder(tx, bucketQueue, u64(meta.id), math.MaxInt)
+		out, err = submissionsUnder(tx, bucketQueue, u64(meta.id), limit)
 		return err
 	})
 	if err != nil {

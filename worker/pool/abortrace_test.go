@@ -36,14 +36,14 @@ func (h *hookedLog) Read(ctx context.Context, key clog.Key, off clog.Offset, lim
 	return h.Log.Read(ctx, key, off, limit)
 }
 
-func (h *hookedLog) Pending(ctx context.Context, key clog.Key) ([]clog.Submission, error) {
+func (h *hookedLog) PendingFirst(ctx context.Context, key clog.Key, limit int) ([]clog.Submission, error) {
 	h.mu.Lock()
 	f := h.onPending
 	h.mu.Unlock()
 	if f != nil {
 		f(key)
 	}
-	return h.Log.Pending(ctx, key)
+	return h.Log.PendingFirst(ctx, key, limit)
 }
 
 func (h *hookedLog) Write(ctx context.Context, w clog.Write) (clog.Appended, error) {

@@ -36,10 +36,7 @@ func (p *Pool) Quiesce(ctx context.Context, keys []clog.Key, abortFirst bool, fn
 			p.stripes[i].Unlock()
 		}
 	}()
-	running, err := p.runningOf(ctx, keys)
-	if err != nil {
-		return err
-	}
+	running := p.runningOf(keys)
 	if abortFirst {
 		for _, ts := range running {
 			ts.cancel(errAborted)
@@ -53,7 +50,7 @@ func (p *Pool) Quiesce(ctx context.Context, keys []clog.Key, abortFirst bool, fn
 			}
 		}
 	}
-	err = fn(ctx)
+	err := fn(ctx)
 	if !abortFirst {
 		for _, ts := range running {
 			ts.cancel(errAborted)
@@ -62,23 +59,17 @@ func (p *Pool) Quiesce(ctx context.Context, keys []clog.Key, abortFirst bool, fn
 	return err
 }
 
-// runningOf is the turns running here for keys' unsettled submissions.
-func (p *Pool) runningOf(ctx context.Context, keys []clog.Key) ([]*turnState, error) {
+// runningOf is the turns running here for keys.
+func (p *Pool) runningOf(keys []clog.Key) []*turnState {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	var out []*turnState
-	for _, k := range keys {
-		pending, err := p.cfg.Log.Pending(ctx, k)
-		if err != nil {
-			return nil, err
+	for _, ts := range p.running {
+		if slices.Contains(keys, ts.key) && !slices.Contains(out, ts) {
+			out = append(out, ts)
 		}
-		p.mu.Lock()
-		for _, s := range pending {
-			if ts := p.running[s.ID]; ts != nil && !slices.Contains(out, ts) {
-				out = append(out, ts)
-			}
-		}
-		p.mu.Unlock()
 	}
-	return out, nil
+	return out
 }
 
 func (p *Pool) stripeIndex(key clog.Key) int {

@@ -23,7 +23,8 @@ import (
 type Log interface {
 	natsbus.Outbox
 	Submission(ctx context.Context, id string) (clog.Submission, error)
-	Pending(ctx context.Context, key clog.Key) ([]clog.Submission, error)
+	// PendingFirst is the session's first limit unsettled submissions.
+	PendingFirst(ctx context.Context, key clog.Key, limit int) ([]clog.Submission, error)
 	UnsettledPage(ctx context.Context, cursor clog.ScanCursor, limit int) ([]clog.Submission, clog.ScanCursor, error)
 	Read(ctx context.Context, key clog.Key, offset clog.Offset, limit int) (clog.ReadResult, error)
 	Write(ctx context.Context, w clog.Write) (clog.Appended, error)
@@ -133,6 +134,7 @@ const leaseLinger = 500 * time.Millisecond
 
 type turnState struct {
 	id     string
+	key    clog.Key
 	ids    []string // the submissions it answers
 	cancel context.CancelCauseFunc
 	done   chan struct{}

@@ -97,7 +97,7 @@ func (p *Pool) beginTurn(key clog.Key, held *heldLease, claimed *clog.Submission
 	}
 	t.lease = held.lease
 	ctx, cancel := context.WithCancelCause(p.turnsCtx)
-	ts := &turnState{id: t.id, cancel: cancel, done: make(chan struct{})}
+	ts := &turnState{id: t.id, key: key, cancel: cancel, done: make(chan struct{})}
 	for _, s := range t.subs {
 		ts.ids = append(ts.ids, s.ID)
 	}
@@ -127,7 +127,11 @@ func (p *Pool) claimedTurn(key clog.Key, claimed *clog.Submission) (*turn, error
 // the runner does not hold it yet. Nil when there is nothing to run or
 // another worker holds the lease.
 func (p *Pool) pendingTurn(key clog.Key, held *heldLease) (*turn, error) {
-	pending, err := p.cfg.Log.Pending(p.turnsCtx, key)
+	// Bounded: a backlog of any size costs a turn only what it takes (and
+	// must fit in one reply when the log is remote). Running submissions,
+	// at most a turn's, come before the admitted ones they were admitted
+	// before; any beyond the window are found by the next turn's look.
+	pending, err := p.cfg.Log.PendingFirst(p.turnsCtx, key, 2*maxTurnSubmissions)
 	if err != nil {
 		return nil, err
 	}

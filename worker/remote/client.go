@@ -84,6 +84,10 @@ func (c *Client) call(ctx context.Context, op string, rq *request) (response, er
 		actx, cancel := context.WithTimeout(ctx, c.cfg.Attempt)
 		m, err := c.cfg.NATS.RequestWithContext(actx, subj, data)
 		cancel()
+		if errors.Is(err, nats.ErrMaxPayload) {
+			return response{}, fmt.Errorf("%w: the %s request is %d bytes, over the broker's max_payload of %d",
+				ErrTooLarge, op, len(data), c.cfg.NATS.MaxPayload())
+		}
 		var res response
 		if err == nil {
 			if err = decode(m.Data, &res); err == nil {
@@ -118,8 +122,8 @@ func (c *Client) Submission(ctx context.Context, id string) (clog.Submission, er
 	return res.Sub, err
 }
 
-func (c *Client) Pending(ctx context.Context, key clog.Key) ([]clog.Submission, error) {
-	res, err := c.call(ctx, opPending, &request{Key: key})
+func (c *Client) PendingFirst(ctx context.Context, key clog.Key, limit int) ([]clog.Submission, error) {
+	res, err := c.call(ctx, opPending, &request{Key: key, Limit: limit})
 	return res.Subs, err
 }
 

@@ -177,8 +177,19 @@ func (s *Server) answer(ctx context.Context, m *nats.Msg) {
 	if m.Reply == "" {
 		return
 	}
-	if err := m.Respond(encode(&res)); err != nil {
-		s.logger.Debug("remote: respond", "err", err)
+	data := encode(&res)
+	if max := s.cfg.NATS.MaxPayload(); max > 0 && int64(len(data)) > max {
+		// Dropped by the broker, it would leave the worker retrying a
+		// request that can never be answered: say so instead.
+		s.logger.Error("remote: an answer exceeds the broker's max_payload; raise it (docs/scale-out.md)",
+			"op", subjectOp(m.Subject), "bytes", len(data), "max_payload", max)
+		res = response{}
+		res.setErr(fmt.Errorf("%w: the answer to %s is %d bytes, over the broker's max_payload of %d",
+			ErrTooLarge, subjectOp(m.Subject), len(data), max))
+		data = encode(&res)
+	}
+	if err := m.Respond(data); err != nil {
+		s.logger.Warn("remote: respond", "op", subjectOp(m.Subject), "err", err)
 	}
 }
 
@@ -189,7 +200,7 @@ func (s *Server) do(ctx context.Context, op string, rq *request) (res response) 
 	case opSubmission:
 		res.Sub, err = db.Submission(ctx, rq.ID)
 	case opPending:
-		res.Subs, err = db.Pending(ctx, rq.Key)
+		res.Subs, err = db.PendingFirst(ctx, rq.Key, rq.Limit)
 	case opUnsettled:
 		res.Subs, res.Cursor, err = db.UnsettledPage(ctx, rq.Cursor, rq.Limit)
 	case opRead:

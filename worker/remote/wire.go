@@ -26,6 +26,10 @@ const (
 // turn must stop: another worker may run the session now.
 var ErrFenced = errors.New("session lease not held by the writer (fenced)")
 
+// ErrTooLarge: a request or its answer exceeds the broker's max_payload
+// (a record larger than it, docs/scale-out.md). Not retried.
+var ErrTooLarge = errors.New("larger than the broker's max_payload")
+
 // errUnavailable: the owner could not check or commit for a passing
 // reason (its broker in a leader election, the log closing); retried.
 var errUnavailable = errors.New("log owner unavailable")
@@ -70,6 +74,7 @@ var sentinels = map[string]error{
 	"incarnation_changed":  clog.ErrIncarnationChanged,
 	"closed":               clog.ErrClosed,
 	"fenced":               ErrFenced,
+	"too_large":            ErrTooLarge,
 	"unavailable":          errUnavailable,
 }
 
