@@ -202,25 +202,20 @@ func (p *Pool) Run(ctx context.Context) (err error) {
 	// waits for it (readiness says so) instead of failing the service.
 	var cons jetstream.Consumer
 	var admitted []clog.Key
-	backoff := 100 * time.Millisecond
-	for {
+	start := func() (err error) {
 		cons, admitted, err = p.start(ctx)
-		if err == nil {
-			break
-		}
-		if errors.Is(err, natsbus.ErrNamespaceInUse) {
-			return fmt.Errorf("worker pool: %w", err)
-		}
+		return err
+	}
+	failed := func(err error) {
 		p.mu.Lock()
+		defer p.mu.Unlock()
 		p.startErr = err
-		p.mu.Unlock()
-		p.logger.Warn("worker: cannot start consuming yet; retrying", "err", err, "backoff", backoff)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, 5*time.Second)
+	}
+	if err := natsbus.RetryStart(ctx, p.logger, "worker: cannot start consuming yet", start, failed); err != nil {
+		return fmt.Errorf("worker pool: %w", err)
+	}
+	if cons == nil {
+		return nil // stopped before it started
 	}
 	p.mu.Lock()
 	p.started, p.startErr = true, nil

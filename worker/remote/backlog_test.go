@@ -73,16 +73,8 @@ func TestAnswerOverMaxPayloadIsAnError(t *testing.T) {
 	if _, err := o.db.Append(context.Background(), key, userRecord(big), userRecord(big)); err != nil {
 		t.Fatal(err)
 	}
-	nc, err := o.emb.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	c, err := remote.NewClient(remote.ClientConfig{NATS: nc})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = c.Read(context.Background(), key, clog.Start, 1)
+	c := o.client(t)
+	_, err := c.Read(context.Background(), key, clog.Start, 1)
 	if !errors.Is(err, remote.ErrTooLarge) {
 		t.Fatalf("read of a batch over max_payload: %v, want ErrTooLarge", err)
 	}

@@ -130,6 +130,22 @@ func startWorkerSweeping(t *testing.T, o *owner, sweep time.Duration) (*remote.C
 	return c, p
 }
 
+// client is a remote.Client of the owner's log on a connection of its own,
+// closed at the test's end.
+func (o *owner) client(t *testing.T) *remote.Client {
+	t.Helper()
+	nc, err := o.emb.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	c, err := remote.NewClient(remote.ClientConfig{NATS: nc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 func userRecord(text string) clog.Record {
 	p, _ := json.Marshal(clog.MessagePayload{Parts: []clog.Part{{Type: clog.PartText, Text: text}}})
 	return clog.EntryRecord(clog.Entry{Type: clog.EntryUserMessage, Payload: p})
@@ -231,15 +247,7 @@ func holdLease(t *testing.T, o *owner, folder string, key clog.Key) *natsbus.Lea
 // retried start and a retried settlement.
 func TestRetriedWriteStoredOnce(t *testing.T) {
 	o := startOwner(t)
-	nc, err := o.emb.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	c, err := remote.NewClient(remote.ClientConfig{NATS: nc})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := o.client(t)
 	key := clog.Key{Agent: "echo", Instance: "i", Session: "retry"}
 	sub, _, err := o.db.Admit(context.Background(), clog.Admission{Key: key, Records: []clog.Record{userRecord("x")}})
 	if err != nil {
@@ -279,15 +287,7 @@ func TestRetriedWriteStoredOnce(t *testing.T) {
 // of its write is stored: the fenced writer.
 func TestFencedWriteRefused(t *testing.T) {
 	o := startOwner(t)
-	nc, err := o.emb.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	c, err := remote.NewClient(remote.ClientConfig{NATS: nc})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := o.client(t)
 	key := clog.Key{Agent: "echo", Instance: "i", Session: "fence"}
 	sub, _, err := o.db.Admit(context.Background(), clog.Admission{Key: key, Records: []clog.Record{userRecord("x")}})
 	if err != nil {

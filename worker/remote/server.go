@@ -89,36 +89,33 @@ func (s *Server) Run(ctx context.Context) error {
 		return fmt.Errorf("remote server: %w", err)
 	}
 	var claim *natsbus.Claim
-	backoff := 100 * time.Millisecond
-	for {
-		var leases *natsbus.Leases
+	start := func() error {
 		// Not cancelled by a stop: the broker completes a bucket creation
 		// its caller gave up on (see pool.Pool's start).
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
-		leases, err = natsbus.OpenLeasesReplicas(sctx, js, s.cfg.Namespace, s.cfg.LeaseTTL, s.cfg.Log.InstanceID(), s.cfg.Replicas)
-		if err == nil {
-			claim, err = leases.ClaimNamespace(sctx, s.cfg.Namespace)
+		defer cancel()
+		leases, err := natsbus.OpenLeasesReplicas(sctx, js, s.cfg.Namespace, s.cfg.LeaseTTL, s.cfg.Log.InstanceID(), s.cfg.Replicas)
+		if err != nil {
+			return err
 		}
-		cancel()
-		if err == nil {
-			s.mu.Lock()
-			s.leases, s.started, s.err = leases, true, nil
-			s.mu.Unlock()
-			break
-		}
-		if errors.Is(err, natsbus.ErrNamespaceInUse) {
-			return fmt.Errorf("remote server: %w", err)
+		if claim, err = leases.ClaimNamespace(sctx, s.cfg.Namespace); err != nil {
+			return err
 		}
 		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.leases, s.started, s.err = leases, true, nil
+		return nil
+	}
+	failed := func(err error) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
 		s.err = err
-		s.mu.Unlock()
-		s.logger.Warn("remote: cannot serve workers yet; retrying", "err", err, "backoff", backoff)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, 5*time.Second)
+	}
+	if err := natsbus.RetryStart(ctx, s.logger, "remote: cannot serve workers yet", start, failed); err != nil {
+		return fmt.Errorf("remote server: %w", err)
+	}
+	if claim == nil {
+		return nil // stopped before it started
 	}
 	reqCtx, cancelReqs := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelReqs()
