@@ -26,54 +26,11 @@ import (
 
 	"github.com/convlog/convlog/internal/auth"
 	"github.com/convlog/convlog/internal/service"
+	"github.com/convlog/convlog/internal/servicetest"
 	clog "github.com/convlog/convlog/log"
 	"github.com/convlog/convlog/transport"
 	"github.com/convlog/convlog/transport/client"
 )
-
-func deliver(t testing.TB, c *client.Client, agent, instance, session, text string) transport.Accepted {
-	t.Helper()
-	acc, err := c.Deliver(context.Background(), agent, instance,
-		transport.DeliverRequest{Message: transport.Message{Kind: "user", Body: text}, Session: session}, "")
-	if err != nil {
-		t.Fatalf("deliver: %v", err)
-	}
-	return acc
-}
-
-// readUntilSettled reads the conversation from offset until the
-// submission's settlement, long-polling the submission between reads.
-func readUntilSettled(t testing.TB, c *client.Client, agent, instance, session string, offset clog.Offset, subID string) []clog.Record {
-	t.Helper()
-	var out []clog.Record
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		res, err := c.Read(context.Background(), agent, instance, session, offset, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, b := range res.Batches {
-			recs, err := b.Records.Decode()
-			if err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, recs...)
-		}
-		offset = res.NextOffset
-		for _, r := range out {
-			if r.Kind == clog.KindEntry && r.Entry.Type == clog.EntrySettlement && r.Entry.SubmissionID == subID {
-				return out
-			}
-		}
-		if res.UpToDate {
-			if _, err := c.Submission(context.Background(), agent, instance, subID, 5*time.Second); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	t.Fatalf("no settlement for %s in 30s; read %d records", subID, len(out))
-	return nil
-}
 
 // buildCLI builds the binary once per test into its temp folder.
 func buildCLI(t *testing.T) string {
@@ -416,8 +373,8 @@ func TestCLIBackupRestore(t *testing.T) {
 	srv := serveCLIProcess(t, bin, freeAddr(t), data, "--echo-delay", "0s")
 	url := "http://" + srv.addr
 	c := &client.Client{BaseURL: url}
-	acc := deliver(t, c, "echo", "b1", "", "keep me")
-	before := readUntilSettled(t, c, "echo", "b1", "default", acc.Offset, acc.SubmissionID)
+	acc := servicetest.Deliver(t, c, "echo", "b1", "", "keep me")
+	before := servicetest.ReadUntilSettled(t, c, "echo", "b1", "default", acc.Offset, acc.SubmissionID)
 	orig, err := c.Read(context.Background(), "echo", "b1", "", clog.Start, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -503,8 +460,8 @@ func TestCLIBackupRestore(t *testing.T) {
 	}
 	srv3 := serveCLIProcess(t, bin, freeAddr(t), data)
 	c3 := &client.Client{BaseURL: "http://" + srv3.addr}
-	acc = deliver(t, c3, "echo", "b1", "", "after the restore")
-	recs = readUntilSettled(t, c3, "echo", "b1", "default", acc.Offset, acc.SubmissionID)
+	acc = servicetest.Deliver(t, c3, "echo", "b1", "", "after the restore")
+	recs = servicetest.ReadUntilSettled(t, c3, "echo", "b1", "default", acc.Offset, acc.SubmissionID)
 	if recs[0].Entry.SubmissionID != acc.SubmissionID {
 		t.Fatalf("after the restore: %+v", recs[0].Entry)
 	}

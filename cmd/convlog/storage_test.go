@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,11 +12,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/convlog/convlog/internal/servicetest"
 	"github.com/convlog/convlog/transport"
 	"github.com/convlog/convlog/transport/client"
 )
@@ -26,31 +25,14 @@ import (
 type proc struct {
 	cmd    *exec.Cmd
 	addr   string
-	stderr *syncBuffer
+	stderr *servicetest.SyncBuffer
 	done   chan struct{}
 	err    error
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func startServeProc(t *testing.T, bin, data string, extra ...string) *proc {
 	t.Helper()
-	p := &proc{addr: freeAddr(t), stderr: &syncBuffer{}, done: make(chan struct{})}
+	p := &proc{addr: freeAddr(t), stderr: &servicetest.SyncBuffer{}, done: make(chan struct{})}
 	args := append([]string{"serve", "--listen", p.addr, "--data", data, "--echo-delay", "0s", "--shutdown-timeout", "1s"}, extra...)
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Stderr = p.stderr
@@ -190,7 +172,7 @@ func TestServeStorageFaults(t *testing.T) {
 	p.waitUp(t)
 	c := &client.Client{BaseURL: "http://" + p.addr}
 	for i := range 20 {
-		acc := deliver(t, c, "echo", "i", fmt.Sprint("s", i%5), strings.Repeat(fmt.Sprint("message ", i, " "), 200))
+		acc := servicetest.Deliver(t, c, "echo", "i", fmt.Sprint("s", i%5), strings.Repeat(fmt.Sprint("message ", i, " "), 200))
 		if _, err := c.Submission(context.Background(), "echo", "i", acc.SubmissionID, 20*time.Second); err != nil {
 			t.Fatal(err)
 		}
@@ -303,27 +285,16 @@ func TestServeStorageFaults(t *testing.T) {
 	t.Run("small volume", func(t *testing.T) { testSmallVolume(t, bin) })
 }
 
-// mountTmpfs mounts a tmpfs of size on a temp folder for the test, or
-// skips it where mounting is not allowed (it needs root).
-func mountTmpfs(t *testing.T, size string) string {
-	mnt := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", mnt).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs here (needs root): %v %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("umount", "-l", mnt).Run() })
-	return mnt
-}
-
 // On a 64 MiB volume the embedded broker used to refuse its 1 GiB stream
 // (its default store is 75% of the free space), and no turn ever ran. Its
 // store is now sized (64 MiB at most) and the start says the volume is
 // smaller than the documented need; turns run.
 func testSmallVolume(t *testing.T, bin string) {
-	mnt := mountTmpfs(t, "64m")
+	mnt := servicetest.MountTmpfs(t, "64m")
 	p := startServeProc(t, bin, filepath.Join(mnt, "data"))
 	p.waitUp(t)
 	c := &client.Client{BaseURL: "http://" + p.addr}
-	acc := deliver(t, c, "echo", "i", "s", "on a small volume")
+	acc := servicetest.Deliver(t, c, "echo", "i", "s", "on a small volume")
 	s, err := c.Submission(context.Background(), "echo", "i", acc.SubmissionID, 30*time.Second)
 	if err != nil || s.Status != "completed" {
 		t.Fatalf("on a 64 MiB volume: %+v %v\n%s", s, err, p.stderr.String())
@@ -339,7 +310,7 @@ func testSmallVolume(t *testing.T, bin string) {
 // checks the answers while it is full and after space is freed. Mounting
 // needs root (CAP_SYS_ADMIN); without it the test is skipped.
 func testFullDisk(t *testing.T, bin string) {
-	mnt := mountTmpfs(t, "160m")
+	mnt := servicetest.MountTmpfs(t, "160m")
 	data := filepath.Join(mnt, "data")
 	p := startServeProc(t, bin, data)
 	p.waitUp(t)

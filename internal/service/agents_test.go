@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/convlog/convlog/internal/config"
+	"github.com/convlog/convlog/internal/servicetest"
 	clog "github.com/convlog/convlog/log"
 	"github.com/convlog/convlog/projection"
 	"github.com/convlog/convlog/transport"
@@ -33,7 +34,7 @@ func withConfig(t testing.TB, yaml string) func(*Config) {
 
 func viewOf(t testing.TB, c *client.Client, agent, instance, session string, last transport.Accepted) projection.View {
 	t.Helper()
-	return projection.Project(readUntilSettled(t, c, agent, instance, session, clog.Start, last.SubmissionID))
+	return projection.Project(servicetest.ReadUntilSettled(t, c, agent, instance, session, clog.Start, last.SubmissionID))
 }
 
 func settlement(v projection.View, id string) clog.Settlement {
@@ -89,7 +90,7 @@ func TestOpenAIAgentEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sr.Close()
-	acc := deliver(t, c, "support", "u1", "s", "Weather in Paris?")
+	acc := servicetest.Deliver(t, c, "support", "u1", "s", "Weather in Paris?")
 	frames := collectSSE(t, sr, acc.SubmissionID)
 	var text, reasoning, argsDeltas strings.Builder
 	var fullArgs string
@@ -139,7 +140,7 @@ func TestOpenAIAgentEndToEnd(t *testing.T) {
 	}
 	// The next turn is built from the active path: system, the first
 	// exchange with its tool call and result, then the new message.
-	acc2 := deliver(t, c, "support", "u1", "s", "Thanks!")
+	acc2 := servicetest.Deliver(t, c, "support", "u1", "s", "Thanks!")
 	viewOf(t, c, "support", "u1", "s", acc2)
 	reqs := model.Requests()
 	if len(reqs) != 3 || reqs[0].Header.Get("Authorization") != "Bearer sk-e2e" {
@@ -167,7 +168,7 @@ func TestOpenAIAbortClosesUpstream(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sr.Close()
-	acc := deliver(t, c, "m", "i", "s", "talk")
+	acc := servicetest.Deliver(t, c, "m", "i", "s", "talk")
 	select {
 	case <-model.Started():
 	case <-time.After(30 * time.Second):
@@ -240,7 +241,7 @@ func TestPythonAgentHTTPAndExec(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer sr.Close()
-			acc := deliver(t, c, agent, "i", "s", "hello world")
+			acc := servicetest.Deliver(t, c, agent, "i", "s", "hello world")
 			relayed := false
 			for _, f := range collectSSE(t, sr, acc.SubmissionID) {
 				var e struct {
@@ -276,7 +277,7 @@ func TestPythonAgentHTTPAndExec(t *testing.T) {
 			if tool.ToolName != "count" || strings.ReplaceAll(string(tool.Output), " ", "") != `{"words":2}` {
 				t.Fatalf("tool %+v", tool)
 			}
-			fail := deliver(t, c, agent, "i", "s", "fail please")
+			fail := servicetest.Deliver(t, c, agent, "i", "s", "fail please")
 			if s := settlement(viewOf(t, c, agent, "i", "s", fail), fail.SubmissionID); s.Outcome != clog.OutcomeFailed || s.Error.Code != "asked_to_fail" {
 				t.Fatalf("%+v", s)
 			}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/convlog/convlog/internal/servicetest"
 	clog "github.com/convlog/convlog/log"
 	"github.com/convlog/convlog/projection"
 	"github.com/convlog/convlog/transport"
@@ -60,7 +61,7 @@ func settled(t *testing.T, c *client.Client, agent string, accs ...transport.Acc
 	var recs []clog.Record
 	for _, a := range accs {
 		if a.SubmissionID != "" {
-			recs = readUntilSettled(t, c, agent, "i", "s", clog.Start, a.SubmissionID)
+			recs = servicetest.ReadUntilSettled(t, c, agent, "i", "s", clog.Start, a.SubmissionID)
 		}
 	}
 	return projection.Project(recs)
@@ -148,7 +149,7 @@ func TestBusyPolicies(t *testing.T) {
 		}
 	})
 	t.Run("timeout", func(t *testing.T) {
-		acc := deliver(t, c, "slowpoke", "i", "s", "/sleep 30s\nlate")
+		acc := servicetest.Deliver(t, c, "slowpoke", "i", "s", "/sleep 30s\nlate")
 		s := settlement(settled(t, c, "slowpoke", acc), acc.SubmissionID)
 		if s.Outcome != clog.OutcomeFailed || s.Error == nil || s.Error.Code != "deadline_exceeded" {
 			t.Fatalf("%+v", s)
@@ -156,7 +157,7 @@ func TestBusyPolicies(t *testing.T) {
 	})
 	t.Run("maxTurns", func(t *testing.T) {
 		for i := range 2 {
-			acc := deliver(t, c, "limited", "i", "s", "hello")
+			acc := servicetest.Deliver(t, c, "limited", "i", "s", "hello")
 			if s, err := c.Submission(context.Background(), "limited", "i", acc.SubmissionID, 10*time.Second); err != nil || !s.Status.Terminal() {
 				t.Fatalf("turn %d: %+v %v", i, s, err)
 			}
@@ -173,6 +174,6 @@ func TestBusyPolicies(t *testing.T) {
 			t.Fatalf("%#v", err)
 		}
 		// Another session has its own budget.
-		deliver(t, c, "limited", "i", "other", "hello")
+		servicetest.Deliver(t, c, "limited", "i", "other", "hello")
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/convlog/convlog/internal/servicetest"
 	clog "github.com/convlog/convlog/log"
 	"github.com/convlog/convlog/transport/client"
 )
@@ -27,7 +28,7 @@ func TestConversationSurvivesRestart(t *testing.T) {
 	c := &client.Client{BaseURL: "http://" + svc.Addr()}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	acc := deliver(t, c, "echo", "restart", "", strings.Repeat("word ", 100))
+	acc := servicetest.Deliver(t, c, "echo", "restart", "", strings.Repeat("word ", 100))
 
 	var stopped, reconnecting bool
 	var second string
@@ -60,7 +61,7 @@ func TestConversationSurvivesRestart(t *testing.T) {
 			if second == "" {
 				// The old stream ended with the old service: what comes
 				// next needs a reconnection.
-				second = deliver(t, c, "echo", "restart", "", "after").SubmissionID
+				second = servicetest.Deliver(t, c, "echo", "restart", "", "after").SubmissionID
 			}
 			continue
 		}

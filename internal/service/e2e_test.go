@@ -11,65 +11,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/convlog/convlog/internal/servicetest"
 	clog "github.com/convlog/convlog/log"
 	"github.com/convlog/convlog/projection"
 	"github.com/convlog/convlog/transport"
 	"github.com/convlog/convlog/transport/client"
 )
 
-func deliver(t testing.TB, c *client.Client, agent, instance, session, text string) transport.Accepted {
-	t.Helper()
-	acc, err := c.Deliver(context.Background(), agent, instance,
-		transport.DeliverRequest{Message: transport.Message{Kind: "user", Body: text}, Session: session}, "")
-	if err != nil {
-		t.Fatalf("deliver: %v", err)
-	}
-	return acc
-}
-
-// readUntilSettled polls the conversation from offset until the
-// submission's settlement record appears, and returns every record read.
-func readUntilSettled(t testing.TB, c *client.Client, agent, instance, session string, offset clog.Offset, subID string) []clog.Record {
-	t.Helper()
-	var out []clog.Record
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		res, err := c.Read(context.Background(), agent, instance, session, offset, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, b := range res.Batches {
-			recs, err := b.Records.Decode()
-			if err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, recs...)
-		}
-		offset = res.NextOffset
-		for _, r := range out {
-			if r.Kind == clog.KindEntry && r.Entry.Type == clog.EntrySettlement && r.Entry.SubmissionID == subID {
-				return out
-			}
-		}
-		if res.UpToDate {
-			// Long-poll the submission instead of spinning.
-			if _, err := c.Submission(context.Background(), agent, instance, subID, 5*time.Second); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	t.Fatalf("no settlement for %s in 30s; read %d records", subID, len(out))
-	return nil
-}
-
 func TestPostThenReadFromOffset(t *testing.T) {
 	_, c := testService(t, nil)
-	acc := deliver(t, c, "echo", "inst-1", "", "hello durable world")
+	acc := servicetest.Deliver(t, c, "echo", "inst-1", "", "hello durable world")
 	if acc.SubmissionID == "" || acc.Offset != clog.Start ||
 		acc.UpdatesURL != "/agents/echo/inst-1/stream?session=default&offset=0" {
 		t.Fatalf("accepted %+v", acc)
 	}
-	recs := readUntilSettled(t, c, "echo", "inst-1", "default", acc.Offset, acc.SubmissionID)
+	recs := servicetest.ReadUntilSettled(t, c, "echo", "inst-1", "default", acc.Offset, acc.SubmissionID)
 	view := projection.Project(recs)
 	if len(view.Messages) != 2 || view.Messages[0].Role != "user" || view.Messages[1].Role != "assistant" {
 		t.Fatalf("messages %+v", view.Messages)
@@ -82,8 +38,8 @@ func TestPostThenReadFromOffset(t *testing.T) {
 	}
 	// A second delivery's offset is where the first conversation ended:
 	// reading from it yields the new message first.
-	acc2 := deliver(t, c, "echo", "inst-1", "", "again")
-	recs2 := readUntilSettled(t, c, "echo", "inst-1", "default", acc2.Offset, acc2.SubmissionID)
+	acc2 := servicetest.Deliver(t, c, "echo", "inst-1", "", "again")
+	recs2 := servicetest.ReadUntilSettled(t, c, "echo", "inst-1", "default", acc2.Offset, acc2.SubmissionID)
 	if recs2[0].Entry.Type != clog.EntryUserMessage || recs2[0].Entry.SubmissionID != acc2.SubmissionID {
 		t.Fatalf("first record from offset %s: %+v", acc2.Offset, recs2[0].Entry)
 	}
@@ -161,7 +117,7 @@ func TestSSEReplaysShowsDeltasAndTails(t *testing.T) {
 		}
 	}
 	// And it tails: a second delivery reaches the same open stream.
-	acc2 := deliver(t, c, "echo", "i", "s", "five")
+	acc2 := servicetest.Deliver(t, c, "echo", "i", "s", "five")
 	collectSSE(t, late, acc2.SubmissionID)
 }
 
@@ -170,8 +126,8 @@ func TestSSEResumeWithLastEventID(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for i := range 3 {
-		acc := deliver(t, c, "echo", "i", "s", fmt.Sprint("message ", i))
-		readUntilSettled(t, c, "echo", "i", "s", acc.Offset, acc.SubmissionID)
+		acc := servicetest.Deliver(t, c, "echo", "i", "s", fmt.Sprint("message ", i))
+		servicetest.ReadUntilSettled(t, c, "echo", "i", "s", acc.Offset, acc.SubmissionID)
 	}
 	// The whole conversation, as batches, by polling.
 	var want []string
@@ -207,8 +163,8 @@ func TestSSEResumeWithLastEventID(t *testing.T) {
 	}
 	last := sr.LastEventID()
 	sr.Close()
-	more := deliver(t, c, "echo", "i", "s", "after the drop")
-	readUntilSettled(t, c, "echo", "i", "s", more.Offset, more.SubmissionID)
+	more := servicetest.Deliver(t, c, "echo", "i", "s", "after the drop")
+	servicetest.ReadUntilSettled(t, c, "echo", "i", "s", more.Offset, more.SubmissionID)
 	res, _ := c.Read(ctx, "echo", "i", "s", clog.Offset(want[len(want)-1]), 0)
 	for _, b := range res.Batches[1:] {
 		want = append(want, string(b.Offset))
@@ -257,7 +213,7 @@ func TestFiftySessionsInParallel(t *testing.T) {
 				errs <- err
 				return
 			}
-			recs := readUntilSettled(t, c, "echo", "par", session, clog.Start, last.SubmissionID)
+			recs := servicetest.ReadUntilSettled(t, c, "echo", "par", session, clog.Start, last.SubmissionID)
 			view := projection.Project(recs)
 			// Every message answered; every answer echoes only this
 			// session's messages, in the order they were sent.
@@ -291,7 +247,7 @@ func TestSubmissionStatusAdmittedRunningCompleted(t *testing.T) {
 	defer cancel()
 	// The first delivery holds the session (seen running by its first
 	// delta); the second then waits admitted.
-	first := deliver(t, c, "echo", "i", "s", strings.Repeat("word ", 10))
+	first := servicetest.Deliver(t, c, "echo", "i", "s", strings.Repeat("word ", 10))
 	sr, err := c.Stream(ctx, "echo", "i", "s", first.Offset)
 	if err != nil {
 		t.Fatal(err)
@@ -311,7 +267,7 @@ func TestSubmissionStatusAdmittedRunningCompleted(t *testing.T) {
 		}
 	}
 	waitDelta(first.SubmissionID)
-	second := deliver(t, c, "echo", "i", "s", "a b c d e f g h")
+	second := servicetest.Deliver(t, c, "echo", "i", "s", "a b c d e f g h")
 	s, err := c.Submission(ctx, "echo", "i", second.SubmissionID, 0)
 	if err != nil || s.Status != clog.StatusAdmitted || s.Offset != second.Offset {
 		t.Fatalf("second while first runs: %+v %v", s, err)
@@ -338,8 +294,8 @@ func TestExternalNATS(t *testing.T) {
 		cfg.NATSURL = url
 		cfg.NATSNamespace = fmt.Sprintf("test-%d", time.Now().UnixNano())
 	})
-	acc := deliver(t, c, "echo", "ext", "s", "through the machine's broker")
-	recs := readUntilSettled(t, c, "echo", "ext", "s", acc.Offset, acc.SubmissionID)
+	acc := servicetest.Deliver(t, c, "echo", "ext", "s", "through the machine's broker")
+	recs := servicetest.ReadUntilSettled(t, c, "echo", "ext", "s", acc.Offset, acc.SubmissionID)
 	if v := projection.Project(recs); len(v.Messages) != 2 || v.Messages[1].Parts[0].Text != "through the machine's broker" {
 		t.Fatalf("view %+v", v)
 	}
@@ -362,7 +318,7 @@ func externalNATS(t testing.TB) string {
 func TestAbortOverHTTP(t *testing.T) {
 	_, c := testService(t, func(cfg *Config) { cfg.EchoDelay = 50 * time.Millisecond })
 	ctx := context.Background()
-	running := deliver(t, c, "echo", "i", "s", strings.Repeat("slow ", 40)) // 2 s of turn
+	running := servicetest.Deliver(t, c, "echo", "i", "s", strings.Repeat("slow ", 40)) // 2 s of turn
 	sr, err := c.Stream(ctx, "echo", "i", "s", running.Offset)
 	if err != nil {
 		t.Fatal(err)
@@ -374,7 +330,7 @@ func TestAbortOverHTTP(t *testing.T) {
 		}
 	}
 	// Delivered once the first runs, so that it waits for the next turn.
-	queued := deliver(t, c, "echo", "i", "s", "never runs")
+	queued := servicetest.Deliver(t, c, "echo", "i", "s", "never runs")
 	s, err := c.Abort(ctx, "echo", "i", queued.SubmissionID)
 	if err != nil || s.Status != clog.StatusAborted {
 		t.Fatalf("abort queued: %+v %v", s, err)
@@ -393,7 +349,7 @@ func TestAbortOverHTTP(t *testing.T) {
 	}
 	// The partial reply stays, the queued one never ran, each has one
 	// settlement.
-	recs := readUntilSettled(t, c, "echo", "i", "s", running.Offset, queued.SubmissionID)
+	recs := servicetest.ReadUntilSettled(t, c, "echo", "i", "s", running.Offset, queued.SubmissionID)
 	v := projection.Project(recs)
 	if len(v.Settlements) != 2 {
 		t.Fatalf("settlements %+v", v.Settlements)
@@ -410,7 +366,7 @@ func TestBusyPolicyReject(t *testing.T) {
 		cfg.EchoDelay = 20 * time.Millisecond
 		cfg.BusyPolicies = map[string]string{"echo": "reject"}
 	})
-	first := deliver(t, c, "echo", "i", "s", "a b c d e f")
+	first := servicetest.Deliver(t, c, "echo", "i", "s", "a b c d e f")
 	_, err := c.Deliver(context.Background(), "echo", "i", transport.DeliverRequest{Message: transport.Message{Kind: "user", Body: "too soon"}, Session: "s"}, "")
 	if !client.IsCode(err, transport.CodeSessionBusy) {
 		t.Fatalf("second delivery to a busy session: %v", err)
@@ -418,7 +374,7 @@ func TestBusyPolicyReject(t *testing.T) {
 	if s, err := c.Submission(context.Background(), "echo", "i", first.SubmissionID, 10*time.Second); err != nil || s.Status != clog.StatusCompleted {
 		t.Fatalf("%+v %v", s, err)
 	}
-	deliver(t, c, "echo", "i", "s", "idle again")
+	servicetest.Deliver(t, c, "echo", "i", "s", "idle again")
 }
 
 // The next message of a conversation in progress starts in its admission's
@@ -427,11 +383,11 @@ func TestBusyPolicyReject(t *testing.T) {
 func TestNextMessageStartsInItsAdmission(t *testing.T) {
 	_, c := testService(t, nil)
 	ctx := context.Background()
-	first := deliver(t, c, "echo", "i", "s", "one")
+	first := servicetest.Deliver(t, c, "echo", "i", "s", "one")
 	if s, err := c.Submission(ctx, "echo", "i", first.SubmissionID, 10*time.Second); err != nil || s.Status != clog.StatusCompleted {
 		t.Fatalf("first %+v %v", s, err)
 	}
-	second := deliver(t, c, "echo", "i", "s", "two")
+	second := servicetest.Deliver(t, c, "echo", "i", "s", "two")
 	s, err := c.Submission(ctx, "echo", "i", second.SubmissionID, 10*time.Second)
 	if err != nil || s.Status != clog.StatusCompleted {
 		t.Fatalf("second %+v %v", s, err)
@@ -439,13 +395,13 @@ func TestNextMessageStartsInItsAdmission(t *testing.T) {
 	if !s.StartedAt.Equal(s.AdmittedAt) {
 		t.Errorf("second started %v, admitted %v: not started in its admission", s.StartedAt, s.AdmittedAt)
 	}
-	recs := readUntilSettled(t, c, "echo", "i", "s", second.Offset, second.SubmissionID)
+	recs := servicetest.ReadUntilSettled(t, c, "echo", "i", "s", second.Offset, second.SubmissionID)
 	v := projection.Project(recs)
 	if len(v.Messages) != 2 || v.Messages[1].Parts[0].Text != "two" || len(v.Settlements) != 1 {
 		t.Fatalf("view %+v", v)
 	}
 	// Aborted right after its 202: exactly one settlement, aborted.
-	third := deliver(t, c, "echo", "i", "s", strings.Repeat("w ", 50))
+	third := servicetest.Deliver(t, c, "echo", "i", "s", strings.Repeat("w ", 50))
 	a, err := c.Abort(ctx, "echo", "i", third.SubmissionID)
 	if err != nil && !client.IsCode(err, transport.CodeAlreadySettled) {
 		t.Fatal(err)
@@ -454,7 +410,7 @@ func TestNextMessageStartsInItsAdmission(t *testing.T) {
 		t.Fatalf("third %+v (abort answered %+v)", got, a)
 	}
 	n := 0
-	for _, r := range readUntilSettled(t, c, "echo", "i", "s", third.Offset, third.SubmissionID) {
+	for _, r := range servicetest.ReadUntilSettled(t, c, "echo", "i", "s", third.Offset, third.SubmissionID) {
 		if r.Entry != nil && r.Entry.Type == clog.EntrySettlement {
 			n++
 		}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/convlog/convlog/internal/servicetest"
 	clog "github.com/convlog/convlog/log"
 	"github.com/convlog/convlog/transport"
 	"github.com/convlog/convlog/transport/client"
@@ -117,7 +118,7 @@ func TestBrokerOutage(t *testing.T) {
 	broker := startBroker(t)
 	svc, c := testService(t, func(cfg *Config) { cfg.NATSURL = broker.url() })
 	ctx := context.Background()
-	first := deliver(t, c, "echo", "i", "s", "before the outage")
+	first := servicetest.Deliver(t, c, "echo", "i", "s", "before the outage")
 	if s, err := c.Submission(ctx, "echo", "i", first.SubmissionID, 20*time.Second); err != nil || s.Status != clog.StatusCompleted {
 		t.Fatalf("before: %+v %v", s, err)
 	}
@@ -127,7 +128,7 @@ func TestBrokerOutage(t *testing.T) {
 	waitReady(t, svc.Addr(), http.StatusServiceUnavailable)
 	var during []transport.Accepted
 	for i := range 20 {
-		during = append(during, deliver(t, c, "echo", "i", fmt.Sprint("s", i%4), fmt.Sprint("during the outage ", i)))
+		during = append(during, servicetest.Deliver(t, c, "echo", "i", fmt.Sprint("s", i%4), fmt.Sprint("during the outage ", i)))
 	}
 	broker.start()
 	waitReady(t, svc.Addr(), http.StatusOK)
@@ -164,7 +165,7 @@ func TestGracefulStop(t *testing.T) {
 				t.Fatal(err)
 			}
 			c := &client.Client{BaseURL: "http://" + svc.Addr()}
-			acc := deliver(t, c, "echo", "i", "s", strings.Repeat("w ", 20)) // ~400 ms of turn
+			acc := servicetest.Deliver(t, c, "echo", "i", "s", strings.Repeat("w ", 20)) // ~400 ms of turn
 			sr, err := c.Stream(context.Background(), "echo", "i", "s", acc.Offset)
 			if err != nil {
 				t.Fatal(err)
@@ -210,7 +211,7 @@ func TestGracefulStop(t *testing.T) {
 			if err != nil || s.Status != tc.want || (tc.code != "" && (s.Error == nil || s.Error.Code != tc.code)) {
 				t.Fatalf("after stop: %+v %v", s, err)
 			}
-			recs := readUntilSettled(t, c, "echo", "i", "s", acc.Offset, acc.SubmissionID)
+			recs := servicetest.ReadUntilSettled(t, c, "echo", "i", "s", acc.Offset, acc.SubmissionID)
 			n := 0
 			for _, r := range recs {
 				if r.Entry != nil && r.Entry.Type == clog.EntrySettlement {

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/convlog/convlog/internal/auth"
+	"github.com/convlog/convlog/internal/servicetest"
 	"github.com/convlog/convlog/transport"
 	"github.com/convlog/convlog/transport/client"
 )
@@ -90,8 +91,8 @@ func TestMetricsScrape(t *testing.T) {
 		"go_goroutines":                        dto.MetricType_GAUGE,
 	}
 	// Vectors appear once they have a child: make one of each.
-	acc := deliver(t, c, "echo", "m1", "", "count me")
-	readUntilSettled(t, c, "echo", "m1", "default", acc.Offset, acc.SubmissionID)
+	acc := servicetest.Deliver(t, c, "echo", "m1", "", "count me")
+	servicetest.ReadUntilSettled(t, c, "echo", "m1", "default", acc.Offset, acc.SubmissionID)
 	if _, err := c.Deliver(context.Background(), "nobody", "m1", transport.DeliverRequest{Message: transport.Message{Body: "x"}}, ""); !client.IsCode(err, transport.CodeNotFound) {
 		t.Fatalf("delivery to an unknown agent: %v", err)
 	}

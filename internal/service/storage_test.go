@@ -6,33 +6,16 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/convlog/convlog/internal/servicetest"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // A full disk that failed a write of the embedded JetStream store leaves
 // that store failing every later write, even once there is space again
@@ -42,13 +25,13 @@ func TestEmbeddedStoreRevivesAfterFullDisk(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits out 15 s of a failing broker; skipped with -short")
 	}
-	mnt := mountTmpfs(t, "160m")
-	logs := &syncBuffer{}
+	mnt := servicetest.MountTmpfs(t, "160m")
+	logs := &servicetest.SyncBuffer{}
 	svc, c := testService(t, func(cfg *Config) {
 		cfg.Data = filepath.Join(mnt, "data")
 		cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	})
-	acc := deliver(t, c, "echo", "i", "s", "before")
+	acc := servicetest.Deliver(t, c, "echo", "i", "s", "before")
 	if s, err := c.Submission(context.Background(), "echo", "i", acc.SubmissionID, 20*time.Second); err != nil || s.Status != "completed" {
 		t.Fatalf("before: %+v %v", s, err)
 	}
@@ -77,7 +60,7 @@ func TestEmbeddedStoreRevivesAfterFullDisk(t *testing.T) {
 	}
 	os.Remove(filepath.Join(mnt, "filler"))
 
-	acc = deliver(t, c, "echo", "i", "s", "after")
+	acc = servicetest.Deliver(t, c, "echo", "i", "s", "after")
 	waitReady(t, svc.Addr(), http.StatusServiceUnavailable) // the relay fails
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -100,17 +83,6 @@ func TestEmbeddedStoreRevivesAfterFullDisk(t *testing.T) {
 	if s, err := c.Submission(context.Background(), "echo", "i", acc.SubmissionID, 30*time.Second); err != nil || s.Status != "completed" {
 		t.Fatalf("after: %+v %v\n%s", s, err, logs.String())
 	}
-}
-
-// mountTmpfs mounts a tmpfs of size on a temp folder for the test, or
-// skips it where mounting is not allowed (it needs root).
-func mountTmpfs(t *testing.T, size string) string {
-	mnt := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", mnt).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs here (needs root): %v %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("umount", "-l", mnt).Run() })
-	return mnt
 }
 
 func fillDisk(t *testing.T, path string) {

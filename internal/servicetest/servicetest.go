@@ -1,0 +1,101 @@
+// Package servicetest holds the helpers that the tests of the service, in
+// process (internal/service) and as a child process (cmd/convlog), share:
+// delivering a message, reading until its settlement, a tmpfs volume, a
+// buffer safe to write from a child's output goroutine. Only tests import
+// it.
+package servicetest
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"sync"
+	"testing"
+	"time"
+
+	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/transport"
+	"github.com/convlog/convlog/transport/client"
+)
+
+// Deliver posts a user message to session and returns its 202.
+func Deliver(t testing.TB, c *client.Client, agent, instance, session, text string) transport.Accepted {
+	t.Helper()
+	acc, err := c.Deliver(context.Background(), agent, instance,
+		transport.DeliverRequest{Message: transport.Message{Kind: "user", Body: text}, Session: session}, "")
+	if err != nil {
+		t.Fatalf("deliver: %v", err)
+	}
+	return acc
+}
+
+// ReadUntilSettled reads the conversation from offset until the
+// submission's settlement record, long-polling the submission between
+// reads, and returns every record read.
+func ReadUntilSettled(t testing.TB, c *client.Client, agent, instance, session string, offset clog.Offset, subID string) []clog.Record {
+	t.Helper()
+	var out []clog.Record
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		res, err := c.Read(context.Background(), agent, instance, session, offset, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range res.Batches {
+			recs, err := b.Records.Decode()
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, recs...)
+		}
+		offset = res.NextOffset
+		for _, r := range out {
+			if r.Kind == clog.KindEntry && r.Entry.Type == clog.EntrySettlement && r.Entry.SubmissionID == subID {
+				return out
+			}
+		}
+		if res.UpToDate {
+			// Long-poll the submission instead of spinning.
+			if _, err := c.Submission(context.Background(), agent, instance, subID, 5*time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	t.Fatalf("no settlement for %s in 30s; read %d records", subID, len(out))
+	return nil
+}
+
+// MountTmpfs mounts a tmpfs of size ("64m") for the test, unmounted at
+// its end. Without the right to mount the test skips, or fails under CI.
+func MountTmpfs(t *testing.T, size string) string {
+	t.Helper()
+	mnt := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", mnt).CombinedOutput(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("CI is set and a tmpfs cannot be mounted (run as root): %v %s", err, out)
+		}
+		t.Skipf("cannot mount a tmpfs here (needs root; set CI to make this a failure): %v %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", "-l", mnt).Run() })
+	return mnt
+}
+
+// SyncBuffer is a bytes.Buffer safe for concurrent writes and reads: a
+// child process's stderr, a logger's output.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
