@@ -143,7 +143,9 @@ func (s *Server) authorize(next echo.HandlerFunc) echo.HandlerFunc {
 			if err != nil {
 				return err
 			}
-			defer release()
+			slot := &streamSlot{free: release}
+			c.Set(streamSlotKey, slot)
+			defer slot.requestEnded()
 		}
 		return next(c)
 	}

@@ -201,9 +201,10 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 func (e *env) waitIdle(t testing.TB) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
-	for e.active.Load() != 0 {
+	// A stream outlives its handler: it owns its connection.
+	for e.active.Load() != 0 || e.srv.OpenStreams() != 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d handlers still running", e.active.Load())
+			t.Fatalf("%d handlers still running, %d streams open", e.active.Load(), e.srv.OpenStreams())
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -225,7 +225,7 @@ func (s *Server) messagesStream(c echo.Context, key log.Key) error {
 		}
 		if err != nil {
 			release()
-			s.endStream(c, w, err)
+			s.endStream(c.Request().Context(), c.Request().URL.Path, w, err)
 			return nil
 		}
 		switch {
@@ -252,7 +252,8 @@ func (s *Server) messagesStream(c echo.Context, key log.Key) error {
 			release()
 			return nil
 		}
-		ok := s.waitTail(c, w, changed, deltas, heartbeat.C)
+		principal, _ := PrincipalOf(c)
+		ok := s.waitTail(c.Request().Context(), w, changed, deltas, heartbeat.C, principal)
 		release()
 		if !ok {
 			return nil

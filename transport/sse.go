@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
-	"net/http"
 	"sync"
 	"time"
 
@@ -30,7 +29,7 @@ const (
 // line.
 type sseWriter struct {
 	w       io.Writer
-	rc      *http.ResponseController
+	rc      streamConn
 	buf     *bufio.Writer // borrowed between the first write and the flush
 	scratch []byte
 	err     error

@@ -1,10 +1,12 @@
 package transport
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"time"
 
+	"github.com/convlog/convlog/internal/auth"
 	"github.com/convlog/convlog/log"
 	"github.com/labstack/echo/v4"
 )
@@ -54,7 +56,18 @@ func (s *Server) stream(c echo.Context) error {
 		s.streams.Add(-1)
 		return overloaded(c, CodeTooManyStreams, "%d streams are open, the most this server takes; retry shortly, or read by polling", s.opts.MaxStreams)
 	}
-	defer s.streams.Add(-1)
+	// What the stream holds is let go when it ends: here, or in the
+	// stream's own goroutine once it has taken the connection.
+	var deltas DeltaCursor
+	detached := false
+	defer func() {
+		if !detached {
+			s.streams.Add(-1)
+			if deltas != nil {
+				deltas.Close()
+			}
+		}
+	}()
 	// An offset this stream never produced is refused before the stream
 	// opens, with a plain 400: an EventSource gives up on a non-200, where
 	// an error frame in a 200 would make it reconnect in a loop.
@@ -65,7 +78,6 @@ func (s *Server) stream(c echo.Context) error {
 	// Deltas first, so that none of a turn that is running while we catch
 	// up is missed for want of a cursor (they may be skipped for want of
 	// room, which is their contract).
-	var deltas DeltaCursor
 	if s.opts.Deltas != nil {
 		cur, err := s.opts.Deltas.FollowDeltas(key)
 		if err != nil {
@@ -73,17 +85,11 @@ func (s *Server) stream(c echo.Context) error {
 			// without them rather than fail it.
 			s.log.WarnContext(ctx, "following deltas", "key", key.String(), "err", err)
 		} else {
-			defer cur.Close()
 			deltas = cur
 		}
 	}
 
 	res := c.Response()
-	rc := http.NewResponseController(res.Writer)
-	// The server's WriteTimeout, if any, is for ordinary requests; this one
-	// lasts as long as the client stays, with a deadline per write instead
-	// (sseWriter.flush sets it). Not every writer supports it.
-	_ = rc.SetWriteDeadline(time.Time{})
 	h := res.Header()
 	if ndjson {
 		h.Set(echo.HeaderContentType, mimeNDJSON)
@@ -93,15 +99,62 @@ func (s *Server) stream(c echo.Context) error {
 	h.Set(echo.HeaderCacheControl, "no-cache")
 	h.Set("X-Accel-Buffering", "no")
 	h.Add(echo.HeaderVary, echo.HeaderAccept)
+	principal, _ := PrincipalOf(c)
+	path := req.URL.Path
+	// The stream takes its connection from net/http, and the request's
+	// goroutine returns: an open stream then costs one goroutine of its
+	// own, with a small stack, and a reading goroutine, instead of
+	// net/http's request machinery (a grown handler stack, buffers, a
+	// background reader) for as long as the reader stays.
+	if conn, err := s.hijackStream(res.Writer, h); err == nil {
+		detached = true
+		slot := takeStreamSlot(c)
+		s.inflight.add(1) // Shutdown waits for the stream, as for a request
+		go func() {
+			defer s.inflight.add(-1)
+			defer s.streams.Add(-1)
+			defer slot.release()
+			if deltas != nil {
+				defer deltas.Close()
+			}
+			ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+			defer cancel()
+			read := watchPeer(conn, cancel)
+			defer func() {
+				conn.Close()
+				<-read
+			}()
+			w := &sseWriter{w: conn, rc: hijacked{conn}, timeout: s.opts.WriteTimeout, ndjson: ndjson, frames: &s.frames}
+			defer w.release()
+			s.tail(ctx, w, key, offset, deltas, principal, path)
+		}()
+		return nil
+	} else if !errors.Is(err, http.ErrNotSupported) {
+		return nil // the connection failed while taking it: the client is gone
+	}
+	rc := http.NewResponseController(res.Writer)
+	// The server's WriteTimeout, if any, is for ordinary requests; this one
+	// lasts as long as the client stays, with a deadline per write instead
+	// (sseWriter.flush sets it). Not every writer supports it.
+	_ = rc.SetWriteDeadline(time.Time{})
 	res.WriteHeader(http.StatusOK)
 	w := &sseWriter{w: res, rc: rc, timeout: s.opts.WriteTimeout, ndjson: ndjson, frames: &s.frames}
 	defer w.release()
+	s.tail(ctx, w, key, offset, deltas, principal, path)
+	return nil
+}
+
+// tail writes the stream from offset on to w until the client leaves, a
+// write fails, the stream ends or the server stops: it reads a page (log
+// copies it out and closes its transaction), writes it, and when up to
+// date waits in a single select on the log, the deltas, the heartbeat,
+// the client and shutdown. Nothing is held while it writes or waits.
+func (s *Server) tail(ctx context.Context, w *sseWriter, key log.Key, offset log.Offset, deltas DeltaCursor, principal auth.Principal, path string) {
 	// The client sees the stream open before the first record exists.
 	w.comment("connected")
 	if w.flush() != nil {
-		return nil
+		return
 	}
-
 	heartbeat := time.NewTicker(s.opts.Heartbeat)
 	defer heartbeat.Stop()
 	var inc log.Incarnation // the incarnation served so far; "" until the stream exists
@@ -125,14 +178,14 @@ func (s *Server) stream(c echo.Context) error {
 		}
 		if err != nil {
 			release()
-			s.endStream(c, w, err)
-			return nil
+			s.endStream(ctx, path, w, err)
+			return
 		}
 		if inc != "" && page.Incarnation == "" {
 			release()
 			w.endedFrame(inc)
 			_ = w.flush()
-			return nil
+			return
 		}
 		if page.Incarnation != "" {
 			if inc != "" && page.Incarnation != inc {
@@ -142,7 +195,7 @@ func (s *Server) stream(c echo.Context) error {
 				w.resetFrame(inc, page.Incarnation)
 				inc, offset = page.Incarnation, log.Start
 				if w.flush() != nil {
-					return nil
+					return
 				}
 				continue
 			}
@@ -163,7 +216,7 @@ func (s *Server) stream(c echo.Context) error {
 		offset = page.NextOffset
 		if w.flush() != nil {
 			release()
-			return nil
+			return
 		}
 		if live && page.Remaining > uint64(s.opts.MaxLag) {
 			// It takes records slower than they come: nothing piles up
@@ -174,20 +227,20 @@ func (s *Server) stream(c echo.Context) error {
 			e.Offset = offset
 			w.errorFrame(e)
 			_ = w.flush()
-			return nil
+			return
 		}
 		live = live || page.UpToDate
 		if !page.UpToDate {
 			release()
-			if s.stopping(c) {
-				return nil
+			if s.stopping(ctx) {
+				return
 			}
 			continue
 		}
-		ok := s.waitTail(c, w, changed, deltas, heartbeat.C)
+		ok := s.waitTail(ctx, w, changed, deltas, heartbeat.C, principal)
 		release()
 		if !ok {
-			return nil
+			return
 		}
 	}
 }
@@ -196,8 +249,7 @@ func (s *Server) stream(c echo.Context) error {
 // forwards deltas and heartbeats. It returns false when the stream must
 // end: the client left, a write failed, the log closed or the server is
 // shutting down.
-func (s *Server) waitTail(c echo.Context, w *sseWriter, changed <-chan struct{}, deltas DeltaCursor, heartbeat <-chan time.Time) bool {
-	ctx := c.Request().Context()
+func (s *Server) waitTail(ctx context.Context, w *sseWriter, changed <-chan struct{}, deltas DeltaCursor, heartbeat <-chan time.Time, principal auth.Principal) bool {
 	var frames [][]byte
 	var linger *time.Timer
 	defer func() {
@@ -214,7 +266,7 @@ func (s *Server) waitTail(c echo.Context, w *sseWriter, changed <-chan struct{},
 		case <-changed:
 		case <-ready:
 		case <-heartbeat:
-			if p, ok := PrincipalOf(c); ok && p.Expired(time.Now()) {
+			if principal.Expired(time.Now()) {
 				// The token that opened the stream has expired: say so,
 				// and the client reconnects with a fresh one.
 				w.errorFrame(&APIError{Code: CodeUnauthorized, Message: "the token that opened this stream has expired; reconnect with a new one"})
@@ -284,8 +336,8 @@ func (s *Server) coalesce() time.Duration {
 const coalesceMax = 20 * time.Millisecond
 
 // stopping reports whether the stream should end between pages.
-func (s *Server) stopping(c echo.Context) bool {
-	if c.Request().Context().Err() != nil {
+func (s *Server) stopping(ctx context.Context) bool {
+	if ctx.Err() != nil {
 		return true
 	}
 	select {
@@ -301,14 +353,13 @@ func (s *Server) stopping(c echo.Context) bool {
 // endStream reports a failed read in the stream, where the client can see
 // it, unless the client is gone or the log closed (a reconnect elsewhere
 // resumes from the last id).
-func (s *Server) endStream(c echo.Context, w *sseWriter, err error) {
-	ctx := c.Request().Context()
+func (s *Server) endStream(ctx context.Context, path string, w *sseWriter, err error) {
 	if ctx.Err() != nil || errors.Is(err, log.ErrClosed) {
 		return
 	}
 	e, internal := toAPIError(err)
 	if internal {
-		s.log.ErrorContext(ctx, "stream read failed", "path", c.Request().URL.Path, "err", err)
+		s.log.ErrorContext(ctx, "stream read failed", "path", path, "err", err)
 	}
 	w.errorFrame(e)
 	_ = w.flush()

@@ -330,8 +330,8 @@ func TestStreamClientGoesAway(t *testing.T) {
 	if f, err := r.Next(); err != nil || f.Comment != "connected" {
 		t.Fatalf("%+v %v", f, err)
 	}
-	if e.active.Load() != 1 || e.hub.subscribers(streamKey) != 1 {
-		t.Fatalf("active %d, subscribers %d", e.active.Load(), e.hub.subscribers(streamKey))
+	if e.srv.OpenStreams() != 1 || e.hub.subscribers(streamKey) != 1 {
+		t.Fatalf("streams %d, subscribers %d", e.srv.OpenStreams(), e.hub.subscribers(streamKey))
 	}
 	cancel()
 	r.Close()
