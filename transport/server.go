@@ -171,8 +171,9 @@ type Options struct {
 	// health checks and the engine's own files. Default 10,000.
 	MaxStreams int
 	// CoalesceFrom is the number of open SSE streams from which each
-	// stream batches what arrives within a short window (a microsecond
-	// per stream, at most 20 ms) into one write. Default 500.
+	// stream batches what arrives within a short window (3 µs per
+	// stream, at most 50 ms, shared by the streams woken together) into
+	// one write. Default 500.
 	CoalesceFrom int
 	// CORSOrigins are the browser origins allowed to call the API from
 	// another origin ("*" for any). None by default.
@@ -218,6 +219,8 @@ type Server struct {
 	streams atomic.Int64
 	// frames shares the live conversation frames among the streams.
 	frames frameCache
+	// windows times the streams' coalescing, one timer for all.
+	windows coalescing
 
 	// closing is closed by Shutdown: streams and long polls end at once so
 	// that a graceful stop does not wait for clients that never leave.
@@ -395,6 +398,7 @@ func (s *Server) StopAdmitting() { s.stopAd.Store(true) }
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.StopAdmitting()
 	s.closeOnce.Do(func() { close(s.closing) })
+	s.windows.stop()
 	s.mu.Lock()
 	srv := s.httpSrv
 	s.mu.Unlock()

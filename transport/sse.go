@@ -34,6 +34,7 @@ type sseWriter struct {
 	scratch []byte
 	err     error
 	timeout time.Duration // per flush; 0 for none
+	armed   time.Time     // the write deadline set last
 	// ndjson writes the same frames as newline-delimited JSON: one object
 	// per line, no ids, a {"type":"keepalive"} object for a keepalive
 	// comment and nothing for other comments.
@@ -249,11 +250,21 @@ func (w *sseWriter) flush() error {
 	return w.err
 }
 
-// deadline arms the write deadline for what is about to be written.
+// deadline arms the write deadline for what is about to be written: at
+// least timeout from now. It sets it half a timeout further, so that the
+// writes of the next half timeout find it armed far enough and skip the
+// call (a stream at the tail writes many times a second, and each call
+// takes the runtime's timer locks).
 func (w *sseWriter) deadline() {
-	if w.timeout > 0 && w.err == nil {
-		_ = w.rc.SetWriteDeadline(time.Now().Add(w.timeout))
+	if w.timeout <= 0 || w.err != nil {
+		return
 	}
+	now := time.Now()
+	if w.armed.Sub(now) >= w.timeout {
+		return
+	}
+	w.armed = now.Add(w.timeout + w.timeout/2)
+	_ = w.rc.SetWriteDeadline(w.armed)
 }
 
 // Frame types of the lifecycle (see lifecycle.go).
