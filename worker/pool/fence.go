@@ -36,6 +36,9 @@ func (p *Pool) write(ctx context.Context, ls *natsbus.Lease, step uint64, w clog
 
 // write commits one step of the turn.
 func (t *turn) write(ctx context.Context, w clog.Write) (clog.Appended, error) {
+	if t.deltas != nil {
+		t.deltas.flush() // the deltas before the records that hold them
+	}
 	t.step++
 	return t.p.write(ctx, t.lease, t.step, w)
 }

@@ -222,6 +222,8 @@ type turn struct {
 
 	lease *natsbus.Lease // the session's, held by the runner
 	step  uint64         // writes of the turn so far (its Fence steps)
+
+	deltas *deltaQueue // its presentation frames, while it runs
 }
 
 func (t *turn) primary() string { return t.subs[0].ID }
@@ -236,6 +238,14 @@ type outcome struct {
 
 func (t *turn) run(ctx context.Context) error {
 	began := time.Now()
+	if bus := t.p.cfg.Deltas; bus != nil {
+		t.deltas = newDeltaQueue(func(f natsbus.DeltaFrame) {
+			if err := bus.Publish(t.key, f); err != nil {
+				t.p.logger.Debug("worker: publish delta", "err", err)
+			}
+		})
+		defer t.deltas.close()
+	}
 	var res outcome
 	if obs := t.p.cfg.Observer; obs != nil {
 		defer func() {
@@ -379,13 +389,11 @@ func (t *turn) appendText(typ, delta string) {
 }
 
 func (t *turn) publish(f natsbus.DeltaFrame) {
-	if t.p.cfg.Deltas == nil {
+	if t.deltas == nil {
 		return
 	}
 	f.TurnID, f.SubmissionID = t.id, t.primary()
-	if err := t.p.cfg.Deltas.Publish(t.key, f); err != nil {
-		t.p.logger.Debug("worker: publish delta", "err", err)
-	}
+	t.deltas.add(f)
 }
 
 // assistantRecord takes the message streamed so far, if any.
