@@ -19,7 +19,7 @@ var (
 	bucketStreams     = []byte("streams")     // Key.encode() -> streamMeta
 	bucketBatches     = []byte("batches")     // streamID(8) pos(8) -> batch
 	bucketEntries     = []byte("entries")     // entryID streamID(8) -> pos(8)
-	bucketSubmissions = []byte("submissions") // submission id -> storedSubmission JSON
+	bucketSubmissions = []byte("submissions") // submission id -> storedSubmission (subcodec.go)
 	bucketQueue       = []byte("queue")       // streamID(8) seq(8) -> submission id (unsettled only)
 	bucketOutbox      = []byte("outbox")      // seq(8) -> submission id (not yet published)
 	bucketIdem        = []byte("idempotency") // agent 0 instance 0 key -> idemRecord JSON

@@ -18,7 +18,7 @@ func getSubmission(tx *bolt.Tx, id string) (*storedSubmission, error) {
 		return nil, fmt.Errorf("%w: %s", ErrSubmissionNotFound, clip(id))
 	}
 	var s storedSubmission
-	if err := json.Unmarshal(v, &s); err != nil {
+	if err := decodeSubmission(v, &s); err != nil {
 		return nil, fmt.Errorf("submission %s: %w", id, err)
 	}
 	s.Key = Key{Agent: s.Agent, Instance: s.Instance, Session: s.Session}
@@ -27,11 +27,7 @@ func getSubmission(tx *bolt.Tx, id string) (*storedSubmission, error) {
 
 func putSubmission(tx *bolt.Tx, s *storedSubmission) error {
 	s.Agent, s.Instance, s.Session = s.Key.Agent, s.Key.Instance, s.Key.Session
-	v, err := json.Marshal(s)
-	if err != nil {
-		return err
-	}
-	return tx.Bucket(bucketSubmissions).Put([]byte(s.ID), v)
+	return tx.Bucket(bucketSubmissions).Put([]byte(s.ID), encodeSubmission(s))
 }
 
 // Submission returns the submission with that id.
