@@ -17,7 +17,7 @@ func subcodecSamples() []storedSubmission {
 		{Submission: Submission{ID: "sub_02", Offset: "17", Status: StatusRunning, TurnID: "turn_1", AdmittedAt: at, StartedAt: at.Add(time.Millisecond)},
 			Agent: "a", Instance: "ü ñ", Session: "s", Seq: 1 << 40},
 		{Submission: Submission{ID: "sub_03", Offset: "3", Status: StatusFailed, TurnID: "turn_2", AnsweredBySubmissionID: "sub_02",
-			Error: &Failure{Code: "interrupted", Message: "the service stopped\nwhile it ran", Retryable: true},
+			Error:      &Failure{Code: "interrupted", Message: "the service stopped\nwhile it ran", Retryable: true},
 			AdmittedAt: at, StartedAt: at, SettledAt: at.Add(time.Hour)}, Agent: "a", Instance: "b", Session: "c", Seq: 3},
 		{Submission: Submission{ID: "sub_04", Status: StatusAborted, Error: &Failure{Message: "aborted"}, AdmittedAt: at}, Seq: 4},
 	}
