@@ -322,7 +322,7 @@ func testFullDisk(t *testing.T, bin string) {
 		t.Fatalf("before: %d %s", code, b)
 	}
 
-	fillDisk(t, filepath.Join(mnt, "filler"))
+	servicetest.FillDisk(t, filepath.Join(mnt, "filler"))
 	filler := filepath.Join(mnt, "filler")
 
 	// Big enough to need pages the log does not have free.
@@ -392,26 +392,6 @@ func testFullDisk(t *testing.T, bin string) {
 	}
 	p.stop(t)
 	t.Logf("serve's log:\n%s", p.stderr.String())
-}
-
-func fillDisk(t *testing.T, path string) {
-	t.Helper()
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	chunk := make([]byte, 1<<20)
-	for _, n := range []int{1 << 20, 64 << 10, 4 << 10, 512} {
-		for {
-			if _, err := f.Write(chunk[:n]); err != nil {
-				if !errors.Is(err, syscall.ENOSPC) {
-					t.Fatal(err)
-				}
-				break
-			}
-		}
-	}
 }
 
 // waitReady polls /readyz (a health probe, polled by design) until it

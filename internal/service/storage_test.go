@@ -2,13 +2,11 @@ package service
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -37,7 +35,7 @@ func TestEmbeddedStoreRevivesAfterFullDisk(t *testing.T) {
 	}
 	waitReady(t, svc.Addr(), http.StatusOK)
 
-	fillDisk(t, filepath.Join(mnt, "filler"))
+	servicetest.FillDisk(t, filepath.Join(mnt, "filler"))
 	// Doorbells of a session with nothing admitted (the pool finds
 	// nothing to run) until the store fails a write.
 	js, err := jetstream.New(svc.nc)
@@ -82,25 +80,5 @@ func TestEmbeddedStoreRevivesAfterFullDisk(t *testing.T) {
 	}
 	if s, err := c.Submission(context.Background(), "echo", "i", acc.SubmissionID, 30*time.Second); err != nil || s.Status != "completed" {
 		t.Fatalf("after: %+v %v\n%s", s, err, logs.String())
-	}
-}
-
-func fillDisk(t *testing.T, path string) {
-	t.Helper()
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	chunk := make([]byte, 1<<20)
-	for _, n := range []int{1 << 20, 64 << 10, 4 << 10, 512} {
-		for {
-			if _, err := f.Write(chunk[:n]); err != nil {
-				if !errors.Is(err, syscall.ENOSPC) {
-					t.Fatal(err)
-				}
-				break
-			}
-		}
 	}
 }

@@ -8,9 +8,11 @@ package servicetest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -79,6 +81,28 @@ func MountTmpfs(t *testing.T, size string) string {
 	}
 	t.Cleanup(func() { _ = exec.Command("umount", "-l", mnt).Run() })
 	return mnt
+}
+
+// FillDisk writes path until its volume is full (ENOSPC), in smaller and
+// smaller writes so that not even 512 bytes are left.
+func FillDisk(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	chunk := make([]byte, 1<<20)
+	for _, n := range []int{1 << 20, 64 << 10, 4 << 10, 512} {
+		for {
+			if _, err := f.Write(chunk[:n]); err != nil {
+				if !errors.Is(err, syscall.ENOSPC) {
+					t.Fatal(err)
+				}
+				break
+			}
+		}
+	}
 }
 
 // SyncBuffer is a bytes.Buffer safe for concurrent writes and reads: a
