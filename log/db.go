@@ -58,6 +58,13 @@ type Options struct {
 	// Logger gets the storage's state changes: disk full and recovered,
 	// an engine panic. Default slog.Default().
 	Logger *slog.Logger
+	// WakeDelay, when set, gathers the wake-ups of a stream that many
+	// wait on: given how many wait (Changed, Wait and Watch subscribers),
+	// it returns how long a commit's wake-up waits for the next commits
+	// of the stream, so that they wake everyone once (0: at once). Ten
+	// thousand readers of one conversation then wake once per window, not
+	// once per commit. Default: every commit wakes at once.
+	WakeDelay func(waiters int) time.Duration
 }
 
 func (o *Options) withDefaults() Options {
@@ -159,7 +166,7 @@ func Open(path string, opts *Options) (*DB, error) {
 		writes:    make(chan *write, o.MaxWritesPerCommit),
 		done:      make(chan struct{}),
 		committed: make(chan struct{}),
-		notify:    notifier{slots: map[string]*waitSlot{}},
+		notify:    notifier{slots: map[string]*waitSlot{}, delay: o.WakeDelay},
 		tails:     tails{m: map[string]*tail{}},
 	}
 	db.health.logger = o.Logger

@@ -30,14 +30,23 @@ func (db *DB) Read(ctx context.Context, key Key, offset Offset, limit int) (Read
 // page while a slow client takes it. The first batch is returned whole
 // whatever its size.
 func (db *DB) ReadBytes(ctx context.Context, key Key, offset Offset, limit, maxBytes int) (ReadResult, error) {
+	return db.readBytes(ctx, key, "", nil, offset, limit, maxBytes)
+}
+
+// readBytes is ReadBytes; a Watch passes its encoded key k, validated on
+// the way in, and its tail-cache entry.
+func (db *DB) readBytes(ctx context.Context, key Key, k string, entry *tail, offset Offset, limit, maxBytes int) (ReadResult, error) {
 	if maxBytes <= 0 || maxBytes > MaxReadBytes {
 		maxBytes = MaxReadBytes
 	}
 	if err := ctx.Err(); err != nil {
 		return ReadResult{}, err
 	}
-	if err := key.Validate(); err != nil {
-		return ReadResult{}, fmt.Errorf("read %s: %w", key, err)
+	if k == "" {
+		if err := key.Validate(); err != nil {
+			return ReadResult{}, fmt.Errorf("read %s: %w", key, err)
+		}
+		k = string(encodeKey(key))
 	}
 	pos, err := offset.Position()
 	if err != nil {
@@ -50,7 +59,7 @@ func (db *DB) ReadBytes(ctx context.Context, key Key, offset Offset, limit, maxB
 	if db.isClosed() {
 		return ReadResult{}, fmt.Errorf("read %s: %w", key, ErrClosed)
 	}
-	if res, ok := db.tails.read(string(encodeKey(key)), pos, limit, maxBytes); ok {
+	if res, ok := db.tails.read(k, entry, pos, limit, maxBytes); ok {
 		return res, nil
 	}
 	return db.readStore(key, offset, pos, limit, maxBytes)

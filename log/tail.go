@@ -73,15 +73,17 @@ func (n *commitNotes) gone(key Key) {
 	n.events = append(n.events, noteEvent{key: string(encodeKey(key)), gone: true})
 }
 
-func (t *tails) subscribe(k string) {
+// subscribe keeps k's entry while the caller follows it, and returns it.
+func (t *tails) subscribe(k string) *tail {
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	e := t.m[k]
 	if e == nil {
 		e = &tail{}
 		t.m[k] = e
 	}
 	e.refs++
-	t.mu.Unlock()
+	return e
 }
 
 func (t *tails) unsubscribe(k string) {
@@ -129,10 +131,13 @@ func (t *tails) apply(n *commitNotes) {
 }
 
 // read answers a Read from the cache, if it can exactly.
-func (t *tails) read(k string, pos uint64, limit, maxBytes int) (ReadResult, bool) {
+// A subscriber that holds the entry passes it as e, sparing the lookup.
+func (t *tails) read(k string, e *tail, pos uint64, limit, maxBytes int) (ReadResult, bool) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	e := t.m[k]
+	if e == nil {
+		e = t.m[k]
+	}
 	if e == nil || !e.valid {
 		return ReadResult{}, false
 	}

@@ -154,7 +154,13 @@ type envOption func(*transport.Options)
 // (reject). Cleanup shuts the server down, then closes the log.
 func newEnv(t testing.TB, opts ...envOption) *env {
 	t.Helper()
-	db, err := log.Open(filepath.Join(t.TempDir(), "convlog.db"), nil)
+	return newEnvLog(t, nil, opts...)
+}
+
+// newEnvLog is newEnv with the log opened with logOpts.
+func newEnvLog(t testing.TB, logOpts *log.Options, opts ...envOption) *env {
+	t.Helper()
+	db, err := log.Open(filepath.Join(t.TempDir(), "convlog.db"), logOpts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,6 +35,13 @@ type BackupFunc func(ctx context.Context, begin func(size int64) (io.Writer, err
 // OpenStreams is the number of SSE streams open now.
 func (s *Server) OpenStreams() int64 { return s.streams.Load() }
 
+// StreamWrites is how many socket writes the SSE streams made and the
+// bytes they carried, since the server started. A flush that carries
+// several frames is one write.
+func (s *Server) StreamWrites() (writes, bytes uint64) {
+	return s.written.writes.Load(), s.written.bytes.Load()
+}
+
 func (s *Server) observeAdmission(err error, replayed bool) {
 	if s.opts.Observer == nil {
 		return

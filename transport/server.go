@@ -34,6 +34,8 @@ type Log interface {
 	Submission(ctx context.Context, id string) (log.Submission, error)
 	// Changed is closed by the next commit that appends to or resets key.
 	Changed(key log.Key) (ch <-chan struct{}, release func())
+	// Watch follows key for a reader that waits again and again.
+	Watch(key log.Key) *log.Watch
 	// Done is closed when the log closes.
 	Done() <-chan struct{}
 }
@@ -170,11 +172,6 @@ type Options struct {
 	// Set it below the descriptor limit, leaving a reserve for deliveries,
 	// health checks and the engine's own files. Default 10,000.
 	MaxStreams int
-	// CoalesceFrom is the number of open SSE streams from which each
-	// stream batches what arrives within a short window (3 µs per
-	// stream, at most 50 ms, shared by the streams woken together) into
-	// one write. Default 500.
-	CoalesceFrom int
 	// CORSOrigins are the browser origins allowed to call the API from
 	// another origin ("*" for any). None by default.
 	CORSOrigins []string
@@ -203,7 +200,9 @@ const (
 	DefaultHeartbeat       = 15 * time.Second
 	DefaultWriteTimeout    = 30 * time.Second
 	DefaultMaxLag          = 100_000
-	DefaultCoalesceFrom    = 500
+	// DefaultCoalesceFrom is how many readers of one conversation make
+	// WakeDelay gather its wake-ups.
+	DefaultCoalesceFrom = 500
 )
 
 // Server is the HTTP API. Create it with New.
@@ -219,14 +218,18 @@ type Server struct {
 	streams atomic.Int64
 	// frames shares the live conversation frames among the streams.
 	frames frameCache
-	// windows times the streams' coalescing, one timer for all.
-	windows coalescing
+	// written counts the streams' socket writes and their bytes.
+	written streamCounters
 
 	// closing is closed by Shutdown: streams and long polls end at once so
 	// that a graceful stop does not wait for clients that never leave.
-	closing   chan struct{}
-	closeOnce sync.Once
-	inflight  inflight
+	closing chan struct{}
+	// closingCtx is canceled with closing, for waits that end with a
+	// context.
+	closingCtx    context.Context
+	cancelClosing context.CancelFunc
+	closeOnce     sync.Once
+	inflight      inflight
 
 	limits       *auth.Limiter      // per principal, with Options.Auth
 	streamTokens *auth.StreamTokens // for EventSource, with Options.Auth
@@ -275,13 +278,11 @@ func New(opts Options) (*Server, error) {
 	if opts.MaxLag <= 0 {
 		opts.MaxLag = DefaultMaxLag
 	}
-	if opts.CoalesceFrom <= 0 {
-		opts.CoalesceFrom = DefaultCoalesceFrom
-	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
 	s := &Server{opts: opts, db: opts.Log, log: opts.Logger, closing: make(chan struct{})}
+	s.closingCtx, s.cancelClosing = context.WithCancel(context.Background())
 	if opts.Auth != nil {
 		s.limits = auth.NewLimiter(opts.Limits)
 		var err error
@@ -397,8 +398,10 @@ func (s *Server) StopAdmitting() { s.stopAd.Store(true) }
 // Serve if any, and waits for in-flight requests until ctx ends.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.StopAdmitting()
-	s.closeOnce.Do(func() { close(s.closing) })
-	s.windows.stop()
+	s.closeOnce.Do(func() {
+		close(s.closing)
+		s.cancelClosing()
+	})
 	s.mu.Lock()
 	srv := s.httpSrv
 	s.mu.Unlock()

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/convlog/convlog/log"
@@ -41,6 +42,15 @@ type sseWriter struct {
 	ndjson bool
 	// frames, when set, shares live frames with the other readers.
 	frames *frameCache
+	// counters, when set, counts the flushes that wrote.
+	counters *streamCounters
+}
+
+// streamCounters counts what the streams hand their sockets: a flush
+// that wrote anything is one write (the buffer is larger than a live
+// flush), so writes per frame tells how well coalescing works.
+type streamCounters struct {
+	writes, bytes atomic.Uint64
 }
 
 // Buffer sizes trade syscalls for memory held only while writing: a live
@@ -238,8 +248,12 @@ func (w *sseWriter) release() {
 // nothing for that long is dead or stalled.
 func (w *sseWriter) flush() error {
 	if w.buf != nil {
-		if w.err == nil {
+		if n := w.buf.Buffered(); w.err == nil && n > 0 {
 			w.err = w.buf.Flush()
+			if w.counters != nil {
+				w.counters.writes.Add(1)
+				w.counters.bytes.Add(uint64(n))
+			}
 		}
 		putBuffer(w.buf)
 		w.buf = nil

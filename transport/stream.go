@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/convlog/convlog/internal/auth"
@@ -125,7 +124,7 @@ func (s *Server) stream(c echo.Context) error {
 				conn.Close()
 				<-read
 			}()
-			w := &sseWriter{w: conn, rc: hijacked{conn}, timeout: s.opts.WriteTimeout, ndjson: ndjson, frames: &s.frames}
+			w := &sseWriter{w: conn, rc: hijacked{conn}, timeout: s.opts.WriteTimeout, ndjson: ndjson, frames: &s.frames, counters: &s.written}
 			defer w.release()
 			s.tail(ctx, w, key, offset, deltas, principal, path)
 		}()
@@ -139,7 +138,7 @@ func (s *Server) stream(c echo.Context) error {
 	// (sseWriter.flush sets it). Not every writer supports it.
 	_ = rc.SetWriteDeadline(time.Time{})
 	res.WriteHeader(http.StatusOK)
-	w := &sseWriter{w: res, rc: rc, timeout: s.opts.WriteTimeout, ndjson: ndjson, frames: &s.frames}
+	w := &sseWriter{w: res, rc: rc, timeout: s.opts.WriteTimeout, ndjson: ndjson, frames: &s.frames, counters: &s.written}
 	defer w.release()
 	s.tail(ctx, w, key, offset, deltas, principal, path)
 	return nil
@@ -158,15 +157,24 @@ func (s *Server) tail(ctx context.Context, w *sseWriter, key log.Key, offset log
 	}
 	heartbeat := time.NewTicker(s.opts.Heartbeat)
 	defer heartbeat.Stop()
+	// Shutdown ends the stream through its context: one channel less in
+	// every wait of every stream.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.closingCtx, cancel)()
+	// Followed once for the stream's life: re-arming after each write is
+	// an atomic load, not a subscription.
+	watch := s.db.Watch(key)
+	defer watch.Close()
 	var inc log.Incarnation // the incarnation served so far; "" until the stream exists
 	live := false           // the reader has reached the tail once
 	for {
-		// Subscribe before reading: a commit between the read and the
-		// wait still closes changed.
-		changed, release := s.db.Changed(key)
+		// Taken before reading: a commit between the read and the wait
+		// still closes changed.
+		changed := watch.Changed()
 		// Small pages: a reader that stalls holds one until the write
 		// deadline, and thousands of readers may.
-		page, err := s.db.ReadBytes(ctx, key, offset, streamPageLimit, s.opts.StreamPageBytes)
+		page, err := watch.Read(ctx, offset, streamPageLimit, s.opts.StreamPageBytes)
 		if oe := (*log.OffsetError)(nil); err != nil && inc != "" && errors.Is(err, log.ErrUnknownOffset) {
 			switch {
 			case !errors.As(err, &oe):
@@ -178,12 +186,10 @@ func (s *Server) tail(ctx context.Context, w *sseWriter, key log.Key, offset log
 			}
 		}
 		if err != nil {
-			release()
 			s.endStream(ctx, path, w, err)
 			return
 		}
 		if inc != "" && page.Incarnation == "" {
-			release()
 			w.endedFrame(inc)
 			_ = w.flush()
 			return
@@ -192,8 +198,7 @@ func (s *Server) tail(ctx context.Context, w *sseWriter, key log.Key, offset log
 			if inc != "" && page.Incarnation != inc {
 				// Reset: say so, with id 0 so that a reconnect resumes in
 				// the new incarnation, and go on from its start.
-				release()
-				w.resetFrame(inc, page.Incarnation)
+					w.resetFrame(inc, page.Incarnation)
 				inc, offset = page.Incarnation, log.Start
 				if w.flush() != nil {
 					return
@@ -216,14 +221,12 @@ func (s *Server) tail(ctx context.Context, w *sseWriter, key log.Key, offset log
 		}
 		offset = page.NextOffset
 		if w.flush() != nil {
-			release()
 			return
 		}
 		if live && page.Remaining > uint64(s.opts.MaxLag) {
 			// It takes records slower than they come: nothing piles up
 			// here (the log is the buffer), but it would never catch up
 			// live. Say so and let it resume from where it is.
-			release()
 			e := apiErr(0, CodeReaderTooSlow, "this reader fell %d records behind the live tail (limit %d); resume from offset %s, or read by polling", page.Remaining, s.opts.MaxLag, offset)
 			e.Offset = offset
 			w.errorFrame(e)
@@ -232,15 +235,12 @@ func (s *Server) tail(ctx context.Context, w *sseWriter, key log.Key, offset log
 		}
 		live = live || page.UpToDate
 		if !page.UpToDate {
-			release()
 			if s.stopping(ctx) {
 				return
 			}
 			continue
 		}
-		ok := s.waitTail(ctx, w, changed, deltas, heartbeat.C, principal)
-		release()
-		if !ok {
+		if !s.waitTail(ctx, w, changed, deltas, heartbeat.C, principal) {
 			return
 		}
 	}
@@ -249,7 +249,13 @@ func (s *Server) tail(ctx context.Context, w *sseWriter, key log.Key, offset log
 // waitTail waits, up to date, until the stream changes. Meanwhile it
 // forwards deltas and heartbeats. It returns false when the stream must
 // end: the client left, a write failed, the log closed or the server is
-// shutting down.
+// shutting down (which cancels ctx).
+//
+// It writes what it has as soon as it wakes. Batching for many readers
+// happens before the wake-up, where it costs nothing per reader: the log
+// and the delta bus hold a busy conversation's wake-ups for a window
+// (WakeDelay), so that ten thousand readers wake once for a turn's user
+// message, deltas and reply, and each writes them in one write.
 func (s *Server) waitTail(ctx context.Context, w *sseWriter, changed <-chan struct{}, deltas DeltaCursor, heartbeat <-chan time.Time, principal auth.Principal) bool {
 	var frames [][]byte
 	for {
@@ -257,8 +263,10 @@ func (s *Server) waitTail(ctx context.Context, w *sseWriter, changed <-chan stru
 		if deltas != nil {
 			ready = deltas.Ready()
 		}
+		records := false
 		select {
 		case <-changed:
+			records = true
 		case <-ready:
 		case <-heartbeat:
 			if principal.Expired(time.Now()) {
@@ -277,20 +285,6 @@ func (s *Server) waitTail(ctx context.Context, w *sseWriter, changed <-chan stru
 			return false
 		case <-s.db.Done():
 			return false
-		case <-s.closing:
-			return false
-		}
-		// With many readers, each one waits a moment so that one write
-		// carries what a burst brought (a turn's deltas and records)
-		// instead of one write per event; alone, it writes at once.
-		if d := s.coalesce(); d > 0 {
-			select {
-			case <-s.windows.next(d):
-			case <-ctx.Done():
-				return false
-			case <-s.closing:
-				return false
-			}
 		}
 		// Deltas first: they come before the records of the same turn.
 		if deltas != nil {
@@ -300,10 +294,15 @@ func (s *Server) waitTail(ctx context.Context, w *sseWriter, changed <-chan stru
 			}
 			clear(frames)
 		}
-		select {
-		case <-changed:
+		if !records {
+			select {
+			case <-changed:
+				records = true
+			default:
+			}
+		}
+		if records {
 			return true // the caller writes the records and flushes all
-		default:
 		}
 		if w.flush() != nil {
 			return false
@@ -311,73 +310,29 @@ func (s *Server) waitTail(ctx context.Context, w *sseWriter, changed <-chan stru
 	}
 }
 
-// coalesce is how long a woken stream waits before it writes: nothing
-// below Options.CoalesceFrom concurrent streams, then coalescePerStream
-// per stream up to coalesceMax. A write per stream per event costs a
-// syscall each; batching them keeps delivery time flat as readers grow.
-// The per-stream figure was chosen by `make bench`'s fan-out rows: at
-// 10,000 readers 3 µs (a 30 ms window) took the delivery p99 from 0.7–1.0 s
-// to 0.6 s, since a turn's user message, deltas and reply then leave in one
-// write more often; a single reader of a busy server waits up to the window.
-func (s *Server) coalesce() time.Duration {
-	n := s.streams.Load()
-	if n < int64(s.opts.CoalesceFrom) {
+// WakeDelay is how long a commit's or a delta's wake-up of a conversation
+// waits for what follows it, given how many wait on the conversation:
+// nothing below DefaultCoalesceFrom waiters, then coalescePerWaiter per
+// waiter up to coalesceMax. The service passes it to the log
+// (log.Options.WakeDelay) and the delta bus. A write per reader per event
+// costs a syscall each; with the window a turn's user message, deltas and
+// reply leave in one write per reader, and a conversation with few readers
+// pays no window for the many readers of others.
+//
+// The per-waiter figure was chosen by `make bench`'s fan-out rows: at
+// 10,000 readers of one conversation, 3 µs (a 30 ms window) carried 1.04
+// writes per reader per POST.
+func WakeDelay(waiters int) time.Duration {
+	if waiters < DefaultCoalesceFrom {
 		return 0
 	}
-	return min(time.Duration(n)*coalescePerStream, coalesceMax)
+	return min(time.Duration(waiters)*coalescePerWaiter, coalesceMax)
 }
 
 const (
-	coalescePerStream = 3 * time.Microsecond
+	coalescePerWaiter = 3 * time.Microsecond
 	coalesceMax       = 50 * time.Millisecond
 )
-
-// coalescing hands out the end of the current coalescing window, one timer
-// for every stream: the streams woken by one commit then write together at
-// its end, and a wake-up does not cost a timer of its own (ten thousand at
-// once, contending for the runtime's timer locks).
-type coalescing struct {
-	mu      sync.Mutex
-	end     chan struct{} // closed when the open window ends; nil if none is open
-	timer   *time.Timer
-	stopped bool
-}
-
-// next is the end of the open window, or of a new one d long.
-func (c *coalescing) next(d time.Duration) <-chan struct{} {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.end != nil {
-		return c.end
-	}
-	end := make(chan struct{})
-	if c.stopped {
-		close(end)
-		return end
-	}
-	c.end = end
-	c.timer = time.AfterFunc(d, func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if c.end == end {
-			c.end, c.timer = nil, nil
-			close(end)
-		}
-	})
-	return end
-}
-
-// stop ends the open window at once, and every later one as it opens.
-func (c *coalescing) stop() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.stopped = true
-	if c.end != nil {
-		c.timer.Stop()
-		close(c.end)
-		c.end, c.timer = nil, nil
-	}
-}
 
 // stopping reports whether the stream should end between pages.
 func (s *Server) stopping(ctx context.Context) bool {

@@ -630,11 +630,10 @@ func TestStreamReaderTooSlow(t *testing.T) {
 	}
 }
 
-// With coalescing on (as with many readers), a burst of deltas and the
-// records that follow arrive together, whole and in order: deltas first,
-// then the records, and the stream goes on.
-func TestStreamCoalescedBurst(t *testing.T) {
-	e := newEnv(t, func(o *transport.Options) { o.CoalesceFrom = 1 })
+// A burst of deltas and the records that follow arrive whole and in
+// order: deltas first, then the records, and the stream goes on.
+func TestStreamBurst(t *testing.T) {
+	e := newEnv(t)
 	ctx := testCtx(t)
 	r, err := e.c.Stream(ctx, "echo", "i1", "", log.Start)
 	if err != nil {
@@ -661,5 +660,53 @@ func TestStreamCoalescedBurst(t *testing.T) {
 		if f := nextData(t, r); f.Type != transport.FrameConversation || f.BatchOffset != a.Offset {
 			t.Fatalf("turn %d: %+v, want the batch at %s", turn, f, a.Offset)
 		}
+	}
+}
+
+// What a wake-up window brings leaves in one write: with the log holding
+// a conversation's wake-ups (log.Options.WakeDelay, as the service sets
+// WakeDelay for busy conversations), three commits reach the reader as
+// three frames of one socket write.
+func TestStreamWritesAWindowOnce(t *testing.T) {
+	const window = 300 * time.Millisecond
+	e := newEnvLog(t, &log.Options{WakeDelay: func(int) time.Duration { return window }})
+	ctx := testCtx(t)
+	r, err := e.c.Stream(ctx, "echo", "i1", "", log.Start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if f, err := r.Next(); err != nil || f.Comment != "connected" {
+		t.Fatalf("%+v %v", f, err)
+	}
+	first, err := e.db.Append(ctx, streamKey, assistantText("first"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := nextData(t, r); f.BatchOffset != first.Offset {
+		t.Fatalf("%+v, want the batch at %s", f, first.Offset)
+	}
+	before, _ := e.srv.StreamWrites()
+	began := time.Now()
+	var offsets []log.Offset
+	for i := range 3 {
+		a, err := e.db.Append(ctx, streamKey, assistantText(fmt.Sprint("reply ", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		offsets = append(offsets, a.Offset)
+	}
+	inWindow := time.Since(began) < window
+	for i, want := range offsets {
+		if f := nextData(t, r); f.Type != transport.FrameConversation || f.BatchOffset != want {
+			t.Fatalf("frame %d: %+v, want the batch at %s", i, f, want)
+		}
+	}
+	after, _ := e.srv.StreamWrites()
+	if inWindow && after-before != 1 {
+		t.Fatalf("three commits of one window took %d writes, want 1", after-before)
+	}
+	if after-before < 1 || after-before > 3 {
+		t.Fatalf("%d writes for three frames", after-before)
 	}
 }

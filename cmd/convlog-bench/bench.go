@@ -33,6 +33,7 @@ type benchOptions struct {
 	pgConns   int
 	redisAddr string
 	profile   string // folder for CPU profiles of the service
+	readers   int    // > 0: fan-out of one conversation at this size only
 	commands  string // the command line, for the report
 }
 
@@ -99,6 +100,7 @@ func benchCommand(ctx context.Context, args []string) error {
 	fs.IntVar(&o.pgConns, "postgres-conns", 32, "connections of the PostgreSQL baseline's pool")
 	fs.StringVar(&o.redisAddr, "redis", "127.0.0.1:6379", "Redis of the baseline")
 	fs.StringVar(&o.profile, "profile", "", "folder for the service's CPU profiles during admission, fan-out and catch-up; empty for none")
+	fs.IntVar(&o.readers, "readers", 0, "fan-out of one conversation at this many readers only, without the across-conversations row (a focused run)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -134,6 +136,9 @@ func runBench(ctx context.Context, o benchOptions, stdout, stderr *os.File) erro
 	sz := fullSizes()
 	if o.quick {
 		sz = quickSizes()
+	}
+	if o.readers > 0 {
+		sz.fanout = []int{o.readers}
 	}
 	tmp, err := os.MkdirTemp("", "convlog-bench-")
 	if err != nil {

@@ -88,6 +88,11 @@ func runBenchChild(ctx context.Context, args []string) error {
 			commits, writes := svc.CommitStats()
 			fmt.Fprintf(w, "%d %d\n", commits, writes)
 		})
+		// The SSE streams' socket writes and bytes.
+		mux.HandleFunc("/debug/streams", func(w http.ResponseWriter, r *http.Request) {
+			writes, bytes := svc.StreamWrites()
+			fmt.Fprintf(w, "%d %d\n", writes, bytes)
+		})
 		addr, stop, failed = svc.Addr(), svc.Stop, svc.Failed()
 	case "postgres", "redis", "floor":
 		var (
@@ -300,6 +305,23 @@ func (c *benchChild) commitStats(ctx context.Context) (commits, writes uint64, e
 	defer resp.Body.Close()
 	_, err = fmt.Fscan(resp.Body, &commits, &writes)
 	return commits, writes, err
+}
+
+// streamWrites reads the SSE streams' socket writes and bytes.
+func (c *benchChild) streamWrites(ctx context.Context) (writes, bytes uint64, err error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.pprof+"/debug/streams", nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	resp, err := benchControl.Do(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	_, err = fmt.Fscan(resp.Body, &writes, &bytes)
+	return writes, bytes, err
 }
 
 // benchMem is the child's runtime memory.

@@ -719,14 +719,27 @@ func (e *benchEnv) fanout(ctx context.Context) error {
 				return err
 			}
 			var waitProfile func()
+			// The profile outlives the writes' context, which ends with them.
+			profileCtx := ctx
 			write := func(ctx context.Context) error {
 				if n == largest {
-					waitProfile = e.profileDuring(ctx, c, time.Duration(e.sz.fanoutWrites)*e.sz.fanoutEvery+time.Second, fmt.Sprintf("fanout-%d.cpu.pprof", n))
+					waitProfile = e.profileDuring(profileCtx, c, time.Duration(e.sz.fanoutWrites)*e.sz.fanoutEvery+time.Second, fmt.Sprintf("fanout-%d.cpu.pprof", n))
 				}
 				return e.fanoutWrites(ctx, client, benchDeliverURL(c.addr), "fan")
 			}
 			tail := func(ctx context.Context) (string, error) { return benchConvlogTail(ctx, client, c.addr, "fan") }
-			res, err := e.runFanout(ctx, c.addr, "fan", n, write, tail, func(phase string) { mw.measure(ctx, phase) })
+			// Socket writes between connected and delivered: per reader per
+			// POST, 1 is the floor's shape; more is frames of one POST that
+			// left in separate writes.
+			var writesAt [2]uint64
+			res, err := e.runFanout(ctx, c.addr, "fan", n, write, tail, func(phase string) {
+				mw.measure(ctx, phase)
+				i := 0
+				if phase == "delivered" {
+					i = 1
+				}
+				writesAt[i], _, _ = c.streamWrites(ctx)
+			})
 			if waitProfile != nil {
 				waitProfile()
 			}
@@ -734,6 +747,11 @@ func (e *benchEnv) fanout(ctx context.Context) error {
 				return err
 			}
 			kib, desc := mw.perReader(n - res.connectErrs)
+			if readers := n - res.connectErrs; writesAt[1] > writesAt[0] && readers > 0 {
+				perPost := float64(writesAt[1]-writesAt[0]) / float64(readers*e.sz.fanoutWrites)
+				desc += fmt.Sprintf("; %.2f socket writes per reader per POST", perPost)
+				e.rep.set(fmt.Sprintf("fan.convlog.%d.writes", n), perPost)
+			}
 			res.perReader = kib
 			e.recordFanout("convlog", n, res, desc)
 			e.rep.set(fmt.Sprintf("fan.convlog.%d.kib", n), kib)
@@ -743,7 +761,9 @@ func (e *benchEnv) fanout(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("%d readers: %w", n, err))
 		}
 	}
-	if err := e.fanoutMany(ctx); err != nil {
+	if e.opts.readers > 0 {
+		// A focused run: one conversation at one size.
+	} else if err := e.fanoutMany(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("across conversations: %w", err))
 	}
 	// The floor at every size: the 10,000-reader target is a ratio to it,

@@ -104,10 +104,11 @@ func (m *Metrics) AccessRefused(code, limit string) { m.refusals.WithLabelValues
 
 // State reads what is measured at scrape time. Any field may be nil.
 type State struct {
-	Backlog func(ctx context.Context) (clog.Backlog, error) // log.DB.Backlog
-	Running func() (turns, submissions int)                 // pool.Pool.Running
-	Streams func() int64                                    // transport.Server.OpenStreams
-	NATS    *nats.Conn
+	Backlog      func(ctx context.Context) (clog.Backlog, error) // log.DB.Backlog
+	Running      func() (turns, submissions int)                 // pool.Pool.Running
+	Streams      func() int64                                    // transport.Server.OpenStreams
+	StreamWrites func() (writes, bytes uint64)                   // transport.Server.StreamWrites
+	NATS         *nats.Conn
 }
 
 // Watch registers the scrape-time gauges of st.
@@ -124,6 +125,10 @@ var (
 		"Unsettled submissions not answered by a turn running on this node: waiting for a turn (or running on another node).", nil, nil)
 	descStreams = prometheus.NewDesc(namespace+"_streams_open",
 		"Open SSE streams.", nil, nil)
+	descStreamWrites = prometheus.NewDesc(namespace+"_stream_writes_total",
+		"Socket writes of the SSE streams: a write carries every frame a stream had ready, so writes against frames shows how well their coalescing works.", nil, nil)
+	descStreamBytes = prometheus.NewDesc(namespace+"_stream_bytes_total",
+		"Bytes the SSE streams wrote to their sockets.", nil, nil)
 	descNATS = prometheus.NewDesc(namespace+"_nats_connected",
 		"1 while the connection to NATS is up, else 0.", nil, nil)
 	descReconnects = prometheus.NewDesc(namespace+"_nats_reconnects_total",
@@ -133,7 +138,7 @@ var (
 type stateCollector struct{ st State }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descOutbox, descUnsettled, descRunning, descQueued, descStreams, descNATS, descReconnects} {
+	for _, d := range []*prometheus.Desc{descOutbox, descUnsettled, descRunning, descQueued, descStreams, descStreamWrites, descStreamBytes, descNATS, descReconnects} {
 		ch <- d
 	}
 }
@@ -161,6 +166,11 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if c.st.Streams != nil {
 		ch <- prometheus.MustNewConstMetric(descStreams, prometheus.GaugeValue, float64(c.st.Streams()))
+	}
+	if c.st.StreamWrites != nil {
+		writes, bytes := c.st.StreamWrites()
+		ch <- prometheus.MustNewConstMetric(descStreamWrites, prometheus.CounterValue, float64(writes))
+		ch <- prometheus.MustNewConstMetric(descStreamBytes, prometheus.CounterValue, float64(bytes))
 	}
 	if nc := c.st.NATS; nc != nil {
 		up := 0.0

@@ -86,6 +86,8 @@ func TestMetricsScrape(t *testing.T) {
 		"convlog_submissions_queued":           dto.MetricType_GAUGE,
 		"convlog_turns_running":                dto.MetricType_GAUGE,
 		"convlog_streams_open":                 dto.MetricType_GAUGE,
+		"convlog_stream_writes_total":          dto.MetricType_COUNTER,
+		"convlog_stream_bytes_total":           dto.MetricType_COUNTER,
 		"convlog_nats_connected":               dto.MetricType_GAUGE,
 		"convlog_nats_reconnects_total":        dto.MetricType_COUNTER,
 		"go_goroutines":                        dto.MetricType_GAUGE,
@@ -130,6 +132,8 @@ func TestMetricsScrape(t *testing.T) {
 		{"convlog_commit_writes", nil},
 		{"convlog_commit_duration_seconds", nil},
 		{"convlog_turn_duration_seconds", map[string]string{"agent": "echo", "outcome": "completed"}},
+		{"convlog_stream_writes_total", nil}, // the stream's first frame
+		{"convlog_stream_bytes_total", nil},
 	}
 	for _, m := range moved {
 		b, a := max(metricValue(before, m.name, m.labels), 0), metricValue(after, m.name, m.labels)

@@ -143,7 +143,7 @@ func Start(cfg Config) (_ *Service, err error) {
 	if s.dir, err = datadir.Open(cfg.Data, cfg.NATSURL == "", cfg.Init); err != nil {
 		return nil, err
 	}
-	if s.db, err = clog.Open(s.dir.LogPath(), &clog.Options{Observer: s.metrics, Logger: s.logger}); err != nil {
+	if s.db, err = clog.Open(s.dir.LogPath(), &clog.Options{Observer: s.metrics, Logger: s.logger, WakeDelay: transport.WakeDelay}); err != nil {
 		return nil, err
 	}
 	if err := s.dir.CheckLog(s.db); err != nil {
@@ -168,6 +168,7 @@ func Start(cfg Config) (_ *Service, err error) {
 	if s.bus, err = natsbus.NewDeltaBus(s.nc, natsbus.Namespace(cfg.NATSNamespace)); err != nil {
 		return nil, err
 	}
+	s.bus.SetWakeDelay(transport.WakeDelay)
 	if s.relay, err = natsbus.NewRelay(s.db, s.nc, natsbus.Namespace(cfg.NATSNamespace), s.logger); err != nil {
 		return nil, err
 	}
@@ -243,7 +244,7 @@ func Start(cfg Config) (_ *Service, err error) {
 	if s.pool != nil {
 		running = s.pool.Running
 	}
-	s.metrics.Watch(metrics.State{Backlog: s.db.Backlog, Running: running, Streams: s.http.OpenStreams, NATS: s.nc})
+	s.metrics.Watch(metrics.State{Backlog: s.db.Backlog, Running: running, Streams: s.http.OpenStreams, StreamWrites: s.http.StreamWrites, NATS: s.nc})
 
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
@@ -404,3 +405,6 @@ func (s *Service) closeInfra() error {
 // CommitStats reports the log's group-commit counters: commits and the
 // writes they carried.
 func (s *Service) CommitStats() (commits, writes uint64) { return s.db.CommitStats() }
+
+// StreamWrites reports the SSE streams' socket writes and their bytes.
+func (s *Service) StreamWrites() (writes, bytes uint64) { return s.http.StreamWrites() }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -69,6 +70,18 @@ type DeltaBus struct {
 
 	mu      sync.Mutex
 	streams map[string]*deltaStream // subject -> followed conversation
+	delay   func(readers int) time.Duration
+}
+
+// SetWakeDelay makes a frame's wake-up of a conversation's readers wait
+// delay(readers) (0: at once), so that a busy conversation's readers wake
+// once for what a window brings, as the log's Options.WakeDelay does for
+// its commits. A reader that comes back from writing with frames waiting
+// takes them at once; only a wait is delayed. Set it before use.
+func (b *DeltaBus) SetWakeDelay(delay func(readers int) time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.delay = delay
 }
 
 type deltaStream struct {
@@ -105,6 +118,10 @@ func NewDeltaBus(nc *nats.Conn, ns Namespace) (*DeltaBus, error) {
 func (b *DeltaBus) deliver(m *nats.Msg) {
 	b.mu.Lock()
 	s := b.streams[m.Subject]
+	var delay time.Duration
+	if s != nil && b.delay != nil {
+		delay = b.delay(s.refs)
+	}
 	b.mu.Unlock()
 	if s == nil {
 		return // nobody here follows it
@@ -112,9 +129,18 @@ func (b *DeltaBus) deliver(m *nats.Msg) {
 	s.mu.Lock()
 	s.frames[s.next%deltaWindow] = m.Data
 	s.next++
-	close(s.ready)
+	woken := s.ready
 	s.ready = make(chan struct{})
 	s.mu.Unlock()
+	if delay <= 0 {
+		close(woken)
+		return
+	}
+	// The readers waiting now wake at the window's end and take what
+	// came meanwhile; a reader that asks for Ready after this frame gets
+	// a closed channel at once (it has frames to take), and the others a
+	// fresh one, so none wakes for frames it has already taken.
+	time.AfterFunc(delay, func() { close(woken) })
 }
 
 // Publish sends a frame to the readers of key, wherever they are.

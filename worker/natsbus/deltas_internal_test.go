@@ -3,6 +3,7 @@ package natsbus
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 )
@@ -43,4 +44,66 @@ func TestDeltaCursorWindow(t *testing.T) {
 		t.Fatalf("after catching up: %q", got)
 	}
 	b.deliver(&nats.Msg{Subject: "convlog.live.other", Data: []byte("x")}) // nobody follows: dropped
+}
+
+// With a wake delay, the readers waiting when a frame arrives wake at the
+// window's end; a reader that asks for Ready with frames waiting gets a
+// closed channel at once, and one that has taken them a fresh one that the
+// delayed wake-up does not close.
+func TestDeltaWakeDelay(t *testing.T) {
+	const window = 300 * time.Millisecond
+	b := &DeltaBus{streams: map[string]*deltaStream{}}
+	b.SetWakeDelay(func(readers int) time.Duration {
+		if readers < 2 {
+			return 0
+		}
+		return window
+	})
+	const subj = "convlog.live.a.i.s"
+	s := &deltaStream{ready: make(chan struct{}), refs: 2}
+	b.streams[subj] = s
+	waiting := &DeltaCursor{bus: b, subj: subj, s: s}
+	busy := &DeltaCursor{bus: b, subj: subj, s: s}
+
+	ready := waiting.Ready()
+	began := time.Now()
+	b.deliver(&nats.Msg{Subject: subj, Data: []byte("1")})
+	select {
+	case <-ready:
+		if time.Since(began) < window {
+			t.Fatalf("woken %s after the frame, within the window", time.Since(began))
+		}
+	default:
+	}
+	// The busy reader comes back with a frame waiting: no wait.
+	select {
+	case <-busy.Ready():
+	default:
+		t.Fatal("a cursor with a frame waiting was not ready at once")
+	}
+	if got := busy.Next(nil); len(got) != 1 {
+		t.Fatalf("busy took %q", got)
+	}
+	after := busy.Ready()
+	select {
+	case <-ready:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting reader was not woken 10 s after the window")
+	}
+	if got := waiting.Next(nil); len(got) != 1 || string(got[0]) != "1" {
+		t.Fatalf("waiting took %q", got)
+	}
+	select {
+	case <-after:
+		t.Fatal("the delayed wake-up closed the channel of a reader that had taken the frame")
+	default:
+	}
+	// One reader: at once.
+	s.refs = 1
+	b.deliver(&nats.Msg{Subject: subj, Data: []byte("2")})
+	select {
+	case <-after:
+	default:
+		t.Fatal("a single reader was not woken at once")
+	}
 }
