@@ -198,7 +198,7 @@ func (s *Server) tail(ctx context.Context, w *sseWriter, key log.Key, offset log
 			if inc != "" && page.Incarnation != inc {
 				// Reset: say so, with id 0 so that a reconnect resumes in
 				// the new incarnation, and go on from its start.
-					w.resetFrame(inc, page.Incarnation)
+				w.resetFrame(inc, page.Incarnation)
 				inc, offset = page.Incarnation, log.Start
 				if w.flush() != nil {
 					return
