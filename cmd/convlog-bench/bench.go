@@ -228,6 +228,11 @@ func (e *benchEnv) withService(ctx context.Context, name string, prep func(dir s
 // withServiceDelay is withService with the echo agent's delay between
 // words set.
 func (e *benchEnv) withServiceDelay(ctx context.Context, name string, prep func(dir string) error, echoDelay time.Duration, fn func(c *benchChild) error) error {
+	return e.withServiceArgs(ctx, name, prep, []string{"-echo-delay", echoDelay.String()}, fn)
+}
+
+// withServiceArgs is withService with more arguments for the child.
+func (e *benchEnv) withServiceArgs(ctx context.Context, name string, prep func(dir string) error, args []string, fn func(c *benchChild) error) error {
 	dir := filepath.Join(e.tmp, name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -238,7 +243,7 @@ func (e *benchEnv) withServiceDelay(ctx context.Context, name string, prep func(
 			return fmt.Errorf("prepare: %w", err)
 		}
 	}
-	c, err := startBenchChild(ctx, []string{"-data", dir, "-echo-delay", echoDelay.String()})
+	c, err := startBenchChild(ctx, append([]string{"-data", dir}, args...))
 	if err != nil {
 		return err
 	}

@@ -763,8 +763,13 @@ func (e *benchEnv) fanout(ctx context.Context) error {
 	}
 	if e.opts.readers > 0 {
 		// A focused run: one conversation at one size.
-	} else if err := e.fanoutMany(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("across conversations: %w", err))
+	} else {
+		if err := e.fanoutMany(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("across conversations: %w", err))
+		}
+		if err := e.fanoutIdle(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("idle readers: %w", err))
+		}
 	}
 	// The floor at every size: the 10,000-reader target is a ratio to it,
 	// measured in the same run.

@@ -275,6 +275,19 @@ func (r *benchReport) targets(e *benchEnv) [][3]string {
 	if k, ok := r.v("fan.convlog." + n + ".kib"); ok {
 		t = append(t, [3]string{n + " SSE readers: < 32 KiB resident per reader", fmt.Sprintf("%.1f KiB", k), benchYesNo(k < 32)})
 	}
+	if best, ok := r.openLoopBest("convlog"); ok {
+		t = append(t, [3]string{"open loop: p99 < 50 ms up to ≥ 5,000 offered POST/s", fmt.Sprintf("up to %s POST/s", fmtCount(float64(best))), benchYesNo(best >= 5000)})
+	}
+	if k, ok := r.v("fan.idle.kib"); ok {
+		n, _ := r.v("fan.idle.readers")
+		p, _ := r.v("fan.idle.p99")
+		why := "the descriptor limit"
+		if e.opts.quick {
+			why = "quick sizes"
+		}
+		t = append(t, [3]string{"100,000 idle SSE readers on one process: memory per reader, hot conversation's p99",
+			fmt.Sprintf("%s readers (%s), %.1f KiB/reader, p99 %s", fmtCount(n), why, k, fmtMS(time.Duration(p*1e9))), benchYesNo(n >= idleTarget)})
+	}
 	if v, ok := r.v("catch.convlog.sse.rps"); ok {
 		t = append(t, [3]string{"catch-up over SSE ≥ 200,000 records/s", fmtCount(v) + " records/s", benchYesNo(v >= 200_000)})
 	}
@@ -315,6 +328,23 @@ func (r *benchReport) targets(e *benchEnv) [][3]string {
 		t = append(t, [3]string{"no row worse than the PostgreSQL baseline", m, benchYesNo(len(worse) == 0)})
 	}
 	return t
+}
+
+// openLoopBest is the highest offered rate of the sweep below which every
+// step of sys kept its p99 under 50 ms. The caller holds r.mu (markdown).
+func (r *benchReport) openLoopBest(sys string) (int, bool) {
+	best, any := 0, false
+	for _, p := range r.load {
+		if p.system != benchSystemLabel(sys) {
+			continue
+		}
+		any = true
+		if p.p99 >= 50*time.Millisecond || p.dropped > 0 || p.errs > 0 {
+			break
+		}
+		best = p.offered
+	}
+	return best, any
 }
 
 // describeMachine: cores, CPU model, memory, kernel, Go, the baselines'
