@@ -2,6 +2,7 @@ package log_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strconv"
 	"testing"
@@ -299,5 +300,50 @@ func TestUnsettledPages(t *testing.T) {
 	}
 	if _, _, err := db.UnsettledPage(ctx, "zz", 3); !errors.Is(err, clog.ErrInvalidRecord) {
 		t.Fatalf("bad cursor: %v", err)
+	}
+}
+
+// A settlement entry names the turn that started its submission, whether
+// the write settling it names that turn (its entry is made before the write
+// queues), another one, or none (made in the transaction); its payload is
+// the settlement.
+func TestSettlementEntryNamesTheStartingTurn(t *testing.T) {
+	ctx := context.Background()
+	db := openTestDB(t, nil)
+	cases := []struct{ name, settleTurn string }{{"same turn", "turn_a"}, {"other turn", "turn_b"}, {"no turn", ""}}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			sub, _, err := db.Admit(ctx, clog.Admission{Key: testKey, Records: []clog.Record{userEntry("x")}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := db.Write(ctx, clog.Write{Key: testKey, Start: []string{sub.ID}, TurnID: "turn_a"}); err != nil {
+				t.Fatal(err)
+			}
+			ap, err := db.Write(ctx, clog.Write{Key: testKey, TurnID: c.settleTurn,
+				Settle: []clog.Settlement{{SubmissionID: sub.ID, Outcome: clog.OutcomeFailed, Error: &clog.Failure{Code: "x", Message: "m"}}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := db.Read(ctx, testKey, ap.Offset, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			recs, err := res.Batches[0].Records.Decode()
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := recs[0].Entry
+			if e.Type != clog.EntrySettlement || e.TurnID != "turn_a" || e.SubmissionID != sub.ID || e.ID == "" || e.Timestamp.IsZero() {
+				t.Fatalf("settlement entry %+v", e)
+			}
+			if e.ParentID != ap.Records[0].Entry.ParentID || e.ID != ap.Records[0].Entry.ID {
+				t.Fatalf("stored %+v, returned %+v", e, ap.Records[0].Entry)
+			}
+			var st clog.Settlement
+			if err := json.Unmarshal(e.Payload, &st); err != nil || st.SubmissionID != sub.ID || st.Outcome != clog.OutcomeFailed || st.Error == nil || st.Error.Code != "x" {
+				t.Fatalf("payload %s: %+v %v", e.Payload, st, err)
+			}
+		})
 	}
 }

@@ -56,9 +56,10 @@ func (db *DB) Write(ctx context.Context, w Write) (Appended, error) {
 	// Encoded here, not in the single committer.
 	var pre []*preEncoded
 	w.Records, pre = preEncode(w.Records)
+	settles := preEncodeSettlements(w)
 	op := &write{prepare: func(tx *bolt.Tx, now time.Time, notes *commitNotes) (func() error, []byte, error) {
 		res = Appended{}
-		return prepareWrite(tx, w, pre, now, notes, &res)
+		return prepareWrite(tx, w, pre, settles, now, notes, &res)
 	}}
 	if err := db.submit(ctx, op); err != nil {
 		return Appended{}, fmt.Errorf("write %s: %w", w.Key, err)
@@ -66,7 +67,45 @@ func (db *DB) Write(ctx context.Context, w Write) (Appended, error) {
 	return res, nil
 }
 
-func prepareWrite(tx *bolt.Tx, w Write, pre []*preEncoded, now time.Time, notes *commitNotes, res *Appended) (func() error, []byte, error) {
+// settlementEntry is a settlement's entry, made and encoded before the
+// write queues for the committer, for the turn the writer names. The
+// transaction uses it when the submission's stored turn is that turn (as
+// it is when the turn that started it settles it), and otherwise makes
+// the entry itself.
+type settlementEntry struct {
+	turnID string
+	record Record
+	pre    *preEncoded
+}
+
+// preEncodeSettlements returns w.Settle's entries, nil where one cannot be
+// made here (an invalid outcome is reported by the transaction, in order).
+func preEncodeSettlements(w Write) []*settlementEntry {
+	if len(w.Settle) == 0 {
+		return nil
+	}
+	out := make([]*settlementEntry, len(w.Settle))
+	for i, st := range w.Settle {
+		if !st.Outcome.Valid() {
+			continue
+		}
+		payload, err := json.Marshal(st)
+		if err != nil {
+			continue
+		}
+		recs, pre := preEncode([]Record{settlementRecord(st, w.TurnID, payload)})
+		if pre[0] != nil {
+			out[i] = &settlementEntry{turnID: w.TurnID, record: recs[0], pre: pre[0]}
+		}
+	}
+	return out
+}
+
+func settlementRecord(st Settlement, turnID string, payload []byte) Record {
+	return EntryRecord(Entry{Type: EntrySettlement, SubmissionID: st.SubmissionID, TurnID: turnID, Payload: payload})
+}
+
+func prepareWrite(tx *bolt.Tx, w Write, pre []*preEncoded, settles []*settlementEntry, now time.Time, notes *commitNotes, res *Appended) (func() error, []byte, error) {
 	meta, exists, err := loadStream(tx, w.Key)
 	if err != nil {
 		return nil, nil, err
@@ -112,7 +151,10 @@ func prepareWrite(tx *bolt.Tx, w Write, pre []*preEncoded, now time.Time, notes 
 	settled := make([]*storedSubmission, 0, len(w.Settle))
 	if len(w.Settle) > 0 {
 		records = append(make([]Record, 0, len(w.Records)+len(w.Settle)), w.Records...)
-		for _, st := range w.Settle {
+		// pre gets one element per record: the settlements' made outside
+		// where they fit, nil (encoded here) where they do not.
+		pre = append(pre[:len(pre):len(pre)], make([]*preEncoded, len(w.Settle))...)
+		for i, st := range w.Settle {
 			if !st.Outcome.Valid() {
 				return nil, nil, fmt.Errorf("%w: outcome %q", ErrInvalidRecord, st.Outcome)
 			}
@@ -127,22 +169,21 @@ func prepareWrite(tx *bolt.Tx, w Write, pre []*preEncoded, now time.Time, notes 
 			if s.TurnID == "" {
 				s.TurnID = w.TurnID
 			}
+			settled = append(settled, s)
+			if e := settles[i]; e != nil && e.turnID == s.TurnID {
+				pre[len(records)] = e.pre
+				records = append(records, e.record)
+				continue
+			}
 			payload, err := json.Marshal(st)
 			if err != nil {
 				return nil, nil, fmt.Errorf("%w: settlement: %v", ErrInvalidRecord, err)
 			}
-			records = append(records, EntryRecord(Entry{
-				Type: EntrySettlement, SubmissionID: st.SubmissionID, TurnID: s.TurnID, Payload: payload,
-			}))
-			settled = append(settled, s)
+			records = append(records, settlementRecord(st, s.TurnID, payload))
 		}
 	}
 	var plan *batchPlan
 	if len(records) > 0 {
-		if len(pre) < len(records) {
-			// The settlements are encoded here: they need the stored turn.
-			pre = append(pre[:len(pre):len(pre)], make([]*preEncoded, len(records)-len(pre))...)
-		}
 		if plan, err = planAppendPre(tx, w.Key, meta, records, pre, now); err != nil {
 			return nil, nil, err
 		}
