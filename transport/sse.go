@@ -249,11 +249,13 @@ func (w *sseWriter) release() {
 func (w *sseWriter) flush() error {
 	if w.buf != nil {
 		if n := w.buf.Buffered(); w.err == nil && n > 0 {
-			w.err = w.buf.Flush()
+			// Counted before the write, so that a client that has the
+			// bytes finds them counted.
 			if w.counters != nil {
 				w.counters.writes.Add(1)
 				w.counters.bytes.Add(uint64(n))
 			}
+			w.err = w.buf.Flush()
 		}
 		putBuffer(w.buf)
 		w.buf = nil
