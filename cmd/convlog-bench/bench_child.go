@@ -292,26 +292,19 @@ func (c *benchChild) profile(ctx context.Context, d time.Duration, path string) 
 
 // commitStats reads the log's group-commit counters.
 func (c *benchChild) commitStats(ctx context.Context) (commits, writes uint64, err error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.pprof+"/debug/commits", nil)
-	if err != nil {
-		return 0, 0, err
-	}
-	resp, err := benchControl.Do(req)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer resp.Body.Close()
-	_, err = fmt.Fscan(resp.Body, &commits, &writes)
-	return commits, writes, err
+	return c.counters(ctx, "/debug/commits")
 }
 
 // streamWrites reads the SSE streams' socket writes and bytes.
 func (c *benchChild) streamWrites(ctx context.Context) (writes, bytes uint64, err error) {
+	return c.counters(ctx, "/debug/streams")
+}
+
+// counters reads a pair of counters the child serves at path.
+func (c *benchChild) counters(ctx context.Context, path string) (a, b uint64, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.pprof+"/debug/streams", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.pprof+path, nil)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -320,8 +313,8 @@ func (c *benchChild) streamWrites(ctx context.Context) (writes, bytes uint64, er
 		return 0, 0, err
 	}
 	defer resp.Body.Close()
-	_, err = fmt.Fscan(resp.Body, &writes, &bytes)
-	return writes, bytes, err
+	_, err = fmt.Fscan(resp.Body, &a, &b)
+	return a, b, err
 }
 
 // benchMem is the child's runtime memory.
