@@ -37,6 +37,10 @@ type storageError struct{ err error }
 func (e storageError) Error() string { return e.err.Error() }
 func (e storageError) Unwrap() error { return e.err }
 
+// testHookCommitted, when set by a test, runs after each successful bbolt
+// commit and before the tail cache learns of it: it widens that window.
+var testHookCommitted func()
+
 type commitStats struct {
 	commits atomic.Uint64
 	writes  atomic.Uint64
@@ -81,7 +85,9 @@ func (db *DB) commit(batch []*write) {
 	notes := &commitNotes{}
 	began := time.Now()
 	var synced time.Duration
+	var txid uint64
 	err := db.update(func(tx *bolt.Tx) error {
+		txid = uint64(tx.ID())
 		if db.opts.Observer != nil {
 			// Commit adds the time spent writing and fsyncing pages to
 			// the transaction's stats before it calls its handlers.
@@ -106,6 +112,11 @@ func (db *DB) commit(batch []*write) {
 		return nil
 	})
 	if err != nil {
+		// A commit can fail after its meta page was written (the last
+		// fsync), visible to readers though never applied: the cache
+		// forgets what it touched, and readers are not held for it.
+		db.tails.invalidate(notes)
+		db.visible.set(txid)
 		if len(batch) > 1 {
 			// One write broke the shared transaction; isolate it.
 			for _, w := range batch {
@@ -131,8 +142,12 @@ func (db *DB) commit(batch []*write) {
 		db.opts.Observer.Committed(len(batch), time.Since(began), synced)
 	}
 	if err == nil {
+		if testHookCommitted != nil {
+			testHookCommitted()
+		}
 		// Before the wake-ups: woken readers find the new batches cached.
 		db.tails.apply(notes)
+		db.visible.set(txid)
 		// A write that removes streams wakes their readers itself: one
 		// touched key per write cannot name them all.
 		for _, ev := range notes.events {

@@ -109,6 +109,9 @@ type DB struct {
 	tails  tails
 	stats  commitStats
 	health health
+	// visible holds bbolt readers back from a commit the tail cache has
+	// not caught up with (visible.go).
+	visible visibility
 }
 
 // Open opens (creating if needed) the log at path. An existing file is
@@ -171,6 +174,10 @@ func Open(path string, opts *Options) (*DB, error) {
 	}
 	db.health.logger = o.Logger
 	db.health.path = path
+	if err := b.View(func(tx *bolt.Tx) error { db.visible.applied.Store(uint64(tx.ID())); return nil }); err != nil {
+		_ = b.Close()
+		return nil, fmt.Errorf("open log %s: %w", path, err)
+	}
 	go db.commitLoop()
 	return db, nil
 }
@@ -236,7 +243,29 @@ func (db *DB) view(fn func(tx *bolt.Tx) error) error {
 	if closed {
 		return ErrClosed
 	}
-	err := guard(func() error { return db.bolt.View(fn) })
+	err := guard(func() error {
+		for {
+			var ahead uint64
+			err := db.bolt.View(func(tx *bolt.Tx) error {
+				if id := uint64(tx.ID()); id > db.visible.applied.Load() {
+					ahead = id
+					return nil
+				}
+				return fn(tx)
+			})
+			if err != nil || ahead == 0 {
+				return err
+			}
+			// Outside the transaction: a remap by the next commit would
+			// otherwise wait for us.
+			db.visible.wait(ahead, db.done)
+			select {
+			case <-db.done:
+				return ErrClosed
+			default:
+			}
+		}
+	})
 	if errors.Is(err, bolterrors.ErrDatabaseNotOpen) {
 		return ErrClosed
 	}

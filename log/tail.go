@@ -130,6 +130,21 @@ func (t *tails) apply(n *commitNotes) {
 	}
 }
 
+// invalidate sends the reads of the streams n touched to bbolt until
+// their next commit.
+func (t *tails) invalidate(n *commitNotes) {
+	if len(n.events) == 0 {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, ev := range n.events {
+		if e := t.m[ev.key]; e != nil {
+			e.valid, e.inc, e.next, e.batches, e.bytes = false, "", 0, nil, 0
+		}
+	}
+}
+
 // read answers a Read from the cache, if it can exactly.
 // A subscriber that holds the entry passes it as e, sparing the lookup.
 func (t *tails) read(k string, e *tail, pos uint64, limit, maxBytes int) (ReadResult, bool) {

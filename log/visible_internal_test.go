@@ -1,0 +1,80 @@
+package log
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// A submission's status never runs ahead of its stream: once a read of
+// the status says it is settled, a read of the stream, served by the tail
+// cache while someone follows the stream, holds its settlement. The hook
+// holds the committer between bbolt's commit and the cache's update, the
+// window where the two read paths disagreed (issue 21: "completed" with
+// the conversation showing only the user message).
+func TestStatusNeverAheadOfStream(t *testing.T) {
+	db, err := Open(filepath.Join(t.TempDir(), "convlog.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	testHookCommitted = func() { time.Sleep(2 * time.Millisecond) }
+	defer func() { testHookCommitted = nil }()
+	ctx := context.Background()
+	key := Key{Agent: "a", Instance: "i", Session: "s"}
+	_, release := db.Changed(key) // a follower: reads come from the cache
+	defer release()
+	text := func(s string) Record {
+		p, _ := json.Marshal(MessagePayload{Parts: []Part{{Type: PartText, Text: s}}})
+		return EntryRecord(Entry{Type: EntryUserMessage, Payload: p})
+	}
+	for i := range 20 {
+		sub, _, err := db.Admit(ctx, Admission{Key: key, Records: []Record{text("q")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, err := db.Write(ctx, Write{Key: key, Records: []Record{text("a")},
+				Settle: []Settlement{{SubmissionID: sub.ID, Outcome: OutcomeCompleted}}})
+			done <- err
+		}()
+		for {
+			s, err := db.Submission(ctx, sub.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Status.Terminal() {
+				break
+			}
+		}
+		res, err := db.Read(ctx, key, Start, 100000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !settledIn(t, res, sub.ID) {
+			t.Fatalf("round %d: %s is %s, but the stream (next %s) has no settlement for it", i, sub.ID, OutcomeCompleted, res.NextOffset)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func settledIn(t *testing.T, res ReadResult, id string) bool {
+	t.Helper()
+	for _, b := range res.Batches {
+		recs, err := b.Records.Decode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			if r.Entry != nil && r.Entry.Type == EntrySettlement && r.Entry.SubmissionID == id {
+				return true
+			}
+		}
+	}
+	return false
+}
