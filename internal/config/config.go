@@ -101,6 +101,9 @@ type Tool struct {
 	Description string         `yaml:"description"`
 	Parameters  map[string]any `yaml:"parameters"`
 	URL         string         `yaml:"url"`
+	// AllowPrivate lets the call reach loopback and private networks;
+	// without it a tool URL reaches public addresses only (docs/agents.md).
+	AllowPrivate bool `yaml:"allowPrivate"`
 }
 
 // Options are the per-agent settings the pool and transport apply.

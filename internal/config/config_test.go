@@ -25,6 +25,7 @@ const good = `agents:
         description: look an order up
         parameters: {type: object, properties: {id: {type: string}}}
         url: http://127.0.0.1:9001/lookup
+        allowPrivate: true
   - name: remote
     kind: http
     url: http://127.0.0.1:9000/invoke
@@ -45,7 +46,7 @@ func TestParseGood(t *testing.T) {
 		t.Fatalf("%+v", f)
 	}
 	a := f.Agents[0]
-	if a.Timeout.Duration != 10*time.Minute || a.Model != "llama3.2" || a.Tools[0].URL == "" || a.Tools[0].Parameters["type"] != "object" {
+	if a.Timeout.Duration != 10*time.Minute || a.Model != "llama3.2" || a.Tools[0].URL == "" || !a.Tools[0].AllowPrivate || a.Tools[0].Parameters["type"] != "object" {
 		t.Fatalf("%+v", a)
 	}
 	if o := f.Agents[2].Options(); o.Busy != worker.BusyJoin || o.Kind != "exec" {

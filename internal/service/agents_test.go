@@ -82,6 +82,7 @@ func TestOpenAIAgentEndToEnd(t *testing.T) {
         description: current weather of a city
         parameters: {type: object, properties: {city: {type: string}}, required: [city]}
         url: %s
+        allowPrivate: true
 `, model.BaseURL(), tool.URL)))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

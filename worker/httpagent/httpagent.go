@@ -18,15 +18,25 @@ import (
 
 	"github.com/convlog/convlog/worker"
 	"github.com/convlog/convlog/worker/agentwire"
+	"github.com/convlog/convlog/worker/egress"
 )
+
+// defaultClient is an agent endpoint's: the operator named the URL, so
+// loopback and private networks are allowed (a sidecar, a cluster
+// service); metadata and link-local addresses and cross-origin redirects
+// are not.
+var defaultClient = egress.Policy{AllowPrivate: true}.Client()
 
 // Agent posts each turn to URL.
 type Agent struct {
 	URL string
 	// Headers are added to each request (e.g. Authorization).
 	Headers map[string]string
-	// Client defaults to a client without a timeout: a turn lasts as long
-	// as the agent streams, and its context bounds it.
+	// Client defaults to a client without a timeout (a turn lasts as long
+	// as the agent streams, and its context bounds it) that applies
+	// egress.Policy{AllowPrivate: true} and follows only same-origin
+	// redirects, so that a redirect never re-sends the turn and its
+	// Headers to another host.
 	Client *http.Client
 }
 
@@ -52,12 +62,16 @@ func (a *Agent) Invoke(ctx context.Context, scope worker.Scope, prompt worker.Pr
 		}
 		client := a.Client
 		if client == nil {
-			client = http.DefaultClient
+			client = defaultClient
 		}
 		resp, err := client.Do(req)
 		if err != nil {
 			if ctx.Err() != nil {
 				return // stopped: no terminal expected
+			}
+			if errors.Is(err, egress.ErrRefused) {
+				yield(worker.Failed("the agent's url: "+err.Error(), false, egress.CodeRefused))
+				return
 			}
 			yield(worker.Failed("the agent is unreachable: "+err.Error(), true, agentwire.CodeAgentUnavailable))
 			return

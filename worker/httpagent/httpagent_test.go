@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -145,5 +146,81 @@ func TestCancelClosesRequest(t *testing.T) {
 	case <-closed:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the agent's request stayed open")
+	}
+}
+
+// listen serves h on a free port of ip (the whole of 127.0.0.0/8 is
+// loopback on Linux: 127.0.0.2 is another host for the URL rules).
+func listen(t *testing.T, ip string, h http.Handler) *httptest.Server {
+	t.Helper()
+	l, err := net.Listen("tcp", ip+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(h)
+	srv.Listener.Close()
+	srv.Listener = l
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// A redirect to another origin is not followed: the turn, its body and
+// the agent's headers never reach the other host, and the turn fails
+// egress_refused. A redirect within the origin still is.
+func TestRedirects(t *testing.T) {
+	var elsewhere atomic.Int32
+	other := listen(t, "127.0.0.2", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		elsewhere.Add(1)
+		t.Errorf("the other host got %s %s with X-Api-Key %q", r.Method, r.URL, r.Header.Get("X-Api-Key"))
+	}))
+	agent := listen(t, "127.0.0.1", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/away":
+			http.Redirect(w, r, other.URL+"/steal", http.StatusTemporaryRedirect)
+		case "/moved":
+			http.Redirect(w, r, "/invoke", http.StatusPermanentRedirect)
+		case "/invoke":
+			if r.Header.Get("X-Api-Key") != "k" {
+				http.Error(w, "no key", http.StatusUnauthorized)
+				return
+			}
+			w.Header().Set("Content-Type", "application/x-ndjson")
+			io.WriteString(w, "{\"type\":\"completed\"}\n")
+		}
+	}))
+	for _, tc := range []struct {
+		path     string
+		wantType string
+		wantCode string
+	}{
+		{"/away", worker.EventFailed, "egress_refused"},
+		{"/moved", worker.EventCompleted, ""},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			a := &httpagent.Agent{URL: agent.URL + tc.path, Headers: map[string]string{"X-Api-Key": "k"}}
+			evs, err := agenttest.Collect(context.Background(), a, worker.Scope{Session: "a/i/s"}, worker.Prompt{Text: "ping"}, 10*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			last := evs[len(evs)-1]
+			if last.Type != tc.wantType || last.Code != tc.wantCode || (tc.wantCode != "" && (last.Retryable || !strings.Contains(last.Details, "127.0.0.2"))) {
+				t.Fatalf("%+v", last)
+			}
+		})
+	}
+	if n := elsewhere.Load(); n != 0 {
+		t.Fatalf("the other host got %d requests", n)
+	}
+}
+
+// An agent URL at a metadata address is refused before any connection.
+func TestMetadataRefused(t *testing.T) {
+	evs, err := agenttest.Collect(context.Background(), &httpagent.Agent{URL: "http://169.254.169.254/latest/meta-data/"}, worker.Scope{Session: "a/i/s"}, worker.Prompt{Text: "ping"}, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last := evs[len(evs)-1]; last.Type != worker.EventFailed || last.Code != "egress_refused" || last.Retryable || !strings.Contains(last.Details, "metadata") {
+		t.Fatalf("%+v", last)
 	}
 }

@@ -35,6 +35,7 @@ import (
 
 	"github.com/convlog/convlog/projection"
 	"github.com/convlog/convlog/worker"
+	"github.com/convlog/convlog/worker/egress"
 )
 
 // History gives the messages of a conversation's active path, the
@@ -52,14 +53,34 @@ func (f HistoryFunc) Messages(ctx context.Context, scope worker.Scope) ([]projec
 }
 
 // Tool is a function the model may call: convlog POSTs the arguments (a
-// JSON object) to URL, and the JSON answer is the result. A non-2xx answer
-// or an unreachable URL is a result marked isError.
+// JSON object) to URL, and the JSON answer is the result. A non-2xx answer,
+// an unreachable or refused URL, or an answer over MaxToolAnswer is a
+// result marked isError.
+//
+// A tool call applies egress.Policy{AllowPrivate: tool.AllowPrivate}: its
+// answer is stored in the conversation, read by all its readers and sent
+// to the model, and its body is written by the model, so by default it
+// reaches public addresses only.
 type Tool struct {
 	Name        string
 	Description string
 	Parameters  map[string]any // JSON schema
 	URL         string
+	// AllowPrivate lets the call reach loopback and private networks (a
+	// tool served next to convlog).
+	AllowPrivate bool
 }
+
+// MaxToolAnswer bounds the body of a tool's answer.
+const MaxToolAnswer = 4 << 20
+
+// Tool clients, by AllowPrivate.
+var toolClients = [2]*http.Client{egress.Policy{}.Client(), egress.Policy{AllowPrivate: true}.Client()}
+
+// modelClient is the model endpoint's: the operator named the URL, so
+// loopback and private networks are allowed (Ollama, vLLM next door);
+// metadata and link-local addresses and cross-origin redirects are not.
+var modelClient = egress.Policy{AllowPrivate: true}.Client()
 
 // Failure codes of the openai kind.
 const (
@@ -86,7 +107,10 @@ type Agent struct {
 	ToolTimeout time.Duration // per tool call; default 60s
 	// Backoff is the delay before retry n (1, 2, ...) when the server sent
 	// no Retry-After. Default 500ms doubling, at most 8s.
-	Backoff    func(n int) time.Duration
+	Backoff func(n int) time.Duration
+	// HTTPClient makes the model calls; nil applies
+	// egress.Policy{AllowPrivate: true} and same-origin redirects only.
+	// Tool calls never use it (see Tool).
 	HTTPClient *http.Client
 
 	once   sync.Once
@@ -102,9 +126,11 @@ func (a *Agent) init() {
 		if a.BaseURL != "" {
 			opts = append(opts, option.WithBaseURL(a.BaseURL))
 		}
-		if a.HTTPClient != nil {
-			opts = append(opts, option.WithHTTPClient(a.HTTPClient))
+		client := a.HTTPClient
+		if client == nil {
+			client = modelClient
 		}
+		opts = append(opts, option.WithHTTPClient(client))
 		a.client = openai.NewClient(opts...)
 		if a.MaxSteps <= 0 {
 			a.MaxSteps = 8
@@ -338,6 +364,9 @@ func reasoning(d openai.ChatCompletionChunkChoiceDelta) string {
 // classify says what a failed call means: its failure code, whether
 // another attempt may succeed, and the server's Retry-After.
 func classify(err error) (code string, retryable bool, retryAfter time.Duration) {
+	if errors.Is(err, egress.ErrRefused) {
+		return egress.CodeRefused, false, 0 // only a configuration change makes it pass
+	}
 	var apiErr *openai.Error
 	if !errors.As(err, &apiErr) {
 		return CodeUpstreamUnavailable, true, 0 // unreachable, reset, malformed stream
@@ -407,18 +436,27 @@ func (a *Agent) callTool(ctx context.Context, name string, args json.RawMessage)
 		return errResult("tool %s: %v", name, err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	client := a.HTTPClient
-	if client == nil {
-		client = http.DefaultClient
+	client := toolClients[0]
+	if tool.AllowPrivate {
+		client = toolClients[1]
 	}
 	resp, err := client.Do(req)
 	if err != nil {
+		var refused *egress.RefusedError
+		if errors.As(err, &refused) && refused.Hint != "" {
+			return errResult("tool %s: refused: %s is %s; set allowPrivate: true on the tool to allow it", name, refused.Addr, refused.Reason)
+		}
 		return errResult("tool %s: %v", name, err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxToolAnswer+1))
 	if err != nil {
 		return errResult("tool %s: %v", name, err)
+	}
+	if len(body) > MaxToolAnswer {
+		// A cut body is neither the tool's JSON nor its whole text: the
+		// model must not take it for the answer.
+		return errResult("tool %s: the answer is over %d MiB; not used", name, MaxToolAnswer>>20)
 	}
 	out := json.RawMessage(bytes.TrimSpace(body))
 	if !json.Valid(out) {

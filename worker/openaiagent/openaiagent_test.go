@@ -1,9 +1,11 @@
 package openaiagent_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -106,7 +108,7 @@ func TestToolLoop(t *testing.T) {
 	)
 	defer srv.Close()
 	a := agent(srv, userHistory("weather in Paris?"))
-	a.Tools = []openaiagent.Tool{{Name: "weather", Description: "current weather", Parameters: map[string]any{"type": "object"}, URL: tool.URL}}
+	a.Tools = []openaiagent.Tool{{Name: "weather", Description: "current weather", Parameters: map[string]any{"type": "object"}, URL: tool.URL, AllowPrivate: true}}
 	evs := collect(t, a)
 	var types []string
 	for _, ev := range evs {
@@ -224,7 +226,7 @@ func TestFailures(t *testing.T) {
 		srv := fakeopenai.New(fakeopenai.Response{Chunks: []fakeopenai.Chunk{{ToolCalls: []fakeopenai.ToolCallDelta{{ID: "c", Name: "t", Arguments: "{}"}}}}})
 		defer srv.Close()
 		a := agent(srv, userHistory("x"))
-		a.Tools = []openaiagent.Tool{{Name: "t", URL: tool.URL}}
+		a.Tools = []openaiagent.Tool{{Name: "t", URL: tool.URL, AllowPrivate: true}}
 		a.MaxSteps = 2
 		evs := collect(t, a)
 		if l := evs[len(evs)-1]; l.Code != openaiagent.CodeMaxSteps || len(srv.Requests()) != 2 {
@@ -248,5 +250,93 @@ func TestStopClosesUpstream(t *testing.T) {
 			t.Fatal("upstream request still open")
 		}
 		srv.Close()
+	}
+}
+
+// listen serves h on a free port of ip (the whole of 127.0.0.0/8 is
+// loopback on Linux: 127.0.0.2 is another host for the URL rules).
+func listen(t *testing.T, ip string, h http.Handler) *httptest.Server {
+	t.Helper()
+	l, err := net.Listen("tcp", ip+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(h)
+	srv.Listener.Close()
+	srv.Listener = l
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// What a tool answers, or fails to, becomes its result: a redirect to
+// another host is not followed (its answer would be stored and shown to
+// the model), a loopback tool is refused unless allowed, and an answer
+// over 4 MiB is marked isError instead of being cut silently.
+func TestToolResults(t *testing.T) {
+	var elsewhere atomic.Int32
+	other := listen(t, "127.0.0.2", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		elsewhere.Add(1)
+		io.WriteString(w, `{"secret":"instance credentials"}`)
+	}))
+	tool := listen(t, "127.0.0.1", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/away":
+			http.Redirect(w, r, other.URL+"/latest/meta-data/", http.StatusFound)
+		case "/moved":
+			http.Redirect(w, r, "/ok", http.StatusTemporaryRedirect)
+		case "/ok":
+			io.WriteString(w, `{"tempC":21}`)
+		case "/huge":
+			w.Write(bytes.Repeat([]byte("x"), openaiagent.MaxToolAnswer+1))
+		case "/full":
+			w.Write(bytes.Repeat([]byte("x"), openaiagent.MaxToolAnswer))
+		}
+	}))
+	for _, tc := range []struct {
+		name         string
+		url          string
+		allowPrivate bool
+		wantErr      bool
+		want         string // a substring of the result
+	}{
+		{"cross-host redirect", tool.URL + "/away", true, true, "only same-origin redirects"},
+		{"same-origin redirect", tool.URL + "/moved", true, false, `{"tempC":21}`},
+		{"loopback refused by default", tool.URL + "/ok", false, true, "set allowPrivate: true on the tool"},
+		{"metadata refused", "http://169.254.169.254/latest/meta-data/", true, true, "cloud metadata address"},
+		{"answer over 4 MiB", tool.URL + "/huge", true, true, "over 4 MiB"},
+		{"answer of 4 MiB", tool.URL + "/full", true, false, `"xxxx`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := fakeopenai.New(
+				fakeopenai.Response{Chunks: []fakeopenai.Chunk{{ToolCalls: []fakeopenai.ToolCallDelta{{ID: "c", Name: "t", Arguments: "{}"}}}}},
+				fakeopenai.Response{Chunks: words("done")},
+			)
+			defer srv.Close()
+			a := agent(srv, userHistory("x"))
+			a.Tools = []openaiagent.Tool{{Name: "t", URL: tc.url, AllowPrivate: tc.allowPrivate}}
+			var ended *worker.Event
+			for _, ev := range collect(t, a) {
+				if ev.Type == worker.EventToolEnded {
+					ended = &ev
+				}
+			}
+			if ended == nil || ended.IsError != tc.wantErr || !strings.Contains(string(ended.Content), tc.want) {
+				t.Fatalf("%+v", ended)
+			}
+		})
+	}
+	if n := elsewhere.Load(); n != 0 {
+		t.Fatalf("the other host got %d requests", n)
+	}
+}
+
+// A model endpoint the policy refuses fails the turn at once, not
+// retryable: no retry changes an address.
+func TestModelEndpointRefused(t *testing.T) {
+	a := &openaiagent.Agent{BaseURL: "http://169.254.169.254/v1", Model: "m", Backoff: func(int) time.Duration { return time.Millisecond }}
+	evs := collect(t, a)
+	if l := evs[len(evs)-1]; l.Type != worker.EventFailed || l.Code != "egress_refused" || l.Retryable || len(evs) != 1 {
+		t.Fatalf("%+v", evs)
 	}
 }
