@@ -28,3 +28,10 @@ func ConversationRoutes() []ConversationRoute {
 	sort.Slice(out, func(i, j int) bool { return out[i].Method+out[i].Pattern < out[j].Method+out[j].Pattern })
 	return out
 }
+
+// SetStreamOpenedHook runs f in every stream between its connected comment
+// and its first page, until the returned restore is called.
+func SetStreamOpenedHook(f func()) (restore func()) {
+	testHookStreamOpened = f
+	return func() { testHookStreamOpened = nil }
+}

@@ -71,7 +71,11 @@ func (s *Server) stream(c echo.Context) error {
 	// An offset this stream never produced is refused before the stream
 	// opens, with a plain 400: an EventSource gives up on a non-200, where
 	// an error frame in a 200 would make it reconnect in a loop.
-	if _, err := s.db.Read(ctx, key, offset, 1); err != nil {
+	// What it finds is the incarnation the reader connected to: a delete
+	// or a reset before the stream's first page is still an end or a
+	// reset to this reader, not a conversation that never was.
+	opened, err := s.db.Read(ctx, key, offset, 1)
+	if err != nil {
 		return err
 	}
 
@@ -126,7 +130,7 @@ func (s *Server) stream(c echo.Context) error {
 			}()
 			w := &sseWriter{w: conn, rc: hijacked{conn}, timeout: s.opts.WriteTimeout, ndjson: ndjson, frames: &s.frames, counters: &s.written}
 			defer w.release()
-			s.tail(ctx, w, key, offset, deltas, principal, path)
+			s.tail(ctx, w, key, opened.Incarnation, offset, deltas, principal, path)
 		}()
 		return nil
 	} else if !errors.Is(err, http.ErrNotSupported) {
@@ -140,16 +144,20 @@ func (s *Server) stream(c echo.Context) error {
 	res.WriteHeader(http.StatusOK)
 	w := &sseWriter{w: res, rc: rc, timeout: s.opts.WriteTimeout, ndjson: ndjson, frames: &s.frames, counters: &s.written}
 	defer w.release()
-	s.tail(ctx, w, key, offset, deltas, principal, path)
+	s.tail(ctx, w, key, opened.Incarnation, offset, deltas, principal, path)
 	return nil
 }
+
+// testHookStreamOpened, set by a test, runs in a stream between its
+// connected comment and its first page.
+var testHookStreamOpened func()
 
 // tail writes the stream from offset on to w until the client leaves, a
 // write fails, the stream ends or the server stops: it reads a page (log
 // copies it out and closes its transaction), writes it, and when up to
 // date waits in a single select on the log, the deltas, the heartbeat,
 // the client and shutdown. Nothing is held while it writes or waits.
-func (s *Server) tail(ctx context.Context, w *sseWriter, key log.Key, offset log.Offset, deltas DeltaCursor, principal auth.Principal, path string) {
+func (s *Server) tail(ctx context.Context, w *sseWriter, key log.Key, inc log.Incarnation, offset log.Offset, deltas DeltaCursor, principal auth.Principal, path string) {
 	// The client sees the stream open before the first record exists.
 	w.comment("connected")
 	if w.flush() != nil {
@@ -166,7 +174,10 @@ func (s *Server) tail(ctx context.Context, w *sseWriter, key log.Key, offset log
 	// an atomic load, not a subscription.
 	watch := s.db.Watch(key)
 	defer watch.Close()
-	var inc log.Incarnation // the incarnation served so far; "" until the stream exists
+	if testHookStreamOpened != nil {
+		testHookStreamOpened()
+	}
+	// inc is the incarnation served so far; "" until the stream exists.
 	live := false           // the reader has reached the tail once
 	for {
 		// Taken before reading: a commit between the read and the wait

@@ -710,3 +710,40 @@ func TestStreamWritesAWindowOnce(t *testing.T) {
 		t.Fatalf("%d writes for three frames", after-before)
 	}
 }
+
+// A conversation deleted (or reset) after a reader connected but before
+// its first page still ends (or resets) that reader: the stream existed
+// when it connected. Before, such a reader waited forever on a
+// conversation it took for one not yet begun (TestLifecycleAbortsRunningTurn
+// timed out on it under load).
+func TestStreamChangedBeforeFirstPage(t *testing.T) {
+	for _, kind := range []log.ChangeKind{log.ChangeDelete, log.ChangeReset} {
+		t.Run(string(kind), func(t *testing.T) {
+			e := newEnv(t)
+			ctx := testCtx(t)
+			key := log.Key{Agent: "echo", Instance: "i1", Session: "default"}
+			if _, err := e.db.Append(ctx, key, userText("one")); err != nil {
+				t.Fatal(err)
+			}
+			opened, proceed := make(chan struct{}), make(chan struct{})
+			defer transport.SetStreamOpenedHook(func() { close(opened); <-proceed })()
+			r, err := e.c.Stream(ctx, "echo", "i1", "", log.Start)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			<-opened
+			if _, _, err := e.db.Change(ctx, log.Change{Kind: kind, Key: key}); err != nil {
+				t.Fatal(err)
+			}
+			close(proceed)
+			want := transport.FrameEnded
+			if kind == log.ChangeReset {
+				want = transport.FrameReset
+			}
+			if f := nextData(t, r); f.Type != want {
+				t.Fatalf("first frame %+v, want %s", f, want)
+			}
+		})
+	}
+}
