@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -409,5 +410,63 @@ func TestRemoteAbort(t *testing.T) {
 	}
 	if _, err := o.srv.Abort(context.Background(), running.ID); !errors.Is(err, clog.ErrSubmissionSettled) {
 		t.Fatalf("second abort: %v, want ErrSubmissionSettled", err)
+	}
+}
+
+// The owner answers a conversation's records, and takes writes to it, only
+// from the holder of its session lease: a write that names no lease was
+// once committed as it came, and any read was answered, to anyone on the
+// broker.
+func TestOwnerRefusesNonHolders(t *testing.T) {
+	o := startOwner(t)
+	c := o.client(t)
+	key := clog.Key{Agent: "echo", Instance: "i", Session: "holders"}
+	sub, _, err := o.db.Admit(context.Background(), clog.Admission{Key: key, Records: []clog.Record{userRecord("secret")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	forged := clog.Write{Key: key, TurnID: "turn_forged", Records: []clog.Record{userRecord("forged")}}
+	start := clog.Write{Key: key, Start: []string{sub.ID}, TurnID: "turn_forged"}
+	cases := []struct {
+		name   string
+		holder string // who holds the session's lease; "" no one
+		call   func() error
+	}{
+		{"unfenced write, no lease", "", func() error { _, err := c.Write(ctx, forged); return err }},
+		{"unfenced start, another's lease", "worker-other", func() error { _, err := c.Write(ctx, start); return err }},
+		{"write naming a lease it does not hold", "worker-other", func() error {
+			_, err := c.WriteFenced(ctx, forged, pool.Fence{Lease: "worker-other " + "forged", Step: 1})
+			return err
+		}},
+		{"read, no lease", "", func() error { _, err := c.Read(ctx, key, clog.Start, 10); return err }},
+		{"read, another's lease", "worker-other", func() error { _, err := c.Read(ctx, key, clog.Start, 10); return err }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.holder != "" {
+				l := holdLease(t, o, tc.holder, key)
+				defer func() { _ = l.Release(context.Background()) }()
+			}
+			err := tc.call()
+			if !errors.Is(err, remote.ErrNotLeaseHolder) {
+				t.Fatalf("got %v, want ErrNotLeaseHolder", err)
+			}
+			if !strings.Contains(err.Error(), "lease") {
+				t.Fatalf("the error does not say why: %v", err)
+			}
+		})
+	}
+	if n := len(o.entries(t, key, clog.EntryUserMessage)); n != 1 {
+		t.Fatalf("%d user entries after the refused writes, want 1", n)
+	}
+	if got, err := o.db.Submission(ctx, sub.ID); err != nil || got.Status != clog.StatusAdmitted {
+		t.Fatalf("submission after refused writes: %+v %v", got, err)
+	}
+	// The holder reads and writes.
+	holdLease(t, o, c.InstanceID(), key)
+	res, err := c.Read(ctx, key, clog.Start, 10)
+	if err != nil || len(res.Batches) == 0 {
+		t.Fatalf("the holder's read: %+v %v", res, err)
 	}
 }
