@@ -13,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	clog "github.com/convlog/convlog/log"
-	"github.com/convlog/convlog/worker"
 	"github.com/convlog/convlog/worker/natsbus"
 	"github.com/convlog/convlog/worker/pool"
 	"github.com/convlog/convlog/worker/remote"
@@ -33,13 +32,21 @@ const testTTL = 3 * time.Second
 
 func startOwner(t *testing.T) *owner {
 	t.Helper()
-	dir := t.TempDir()
-	o := &owner{}
-	var err error
-	if o.db, err = clog.Open(filepath.Join(dir, "log.db"), nil); err != nil {
+	emb, err := natsbus.StartEmbedded(filepath.Join(t.TempDir(), "nats"), "")
+	if err != nil {
 		t.Fatal(err)
 	}
-	if o.emb, err = natsbus.StartEmbedded(filepath.Join(dir, "nats"), ""); err != nil {
+	return startOwnerOn(t, emb)
+}
+
+// startOwnerOn is startOwner on a broker of the test's making, which it
+// shuts down at the end.
+func startOwnerOn(t *testing.T, emb *natsbus.Embedded) *owner {
+	t.Helper()
+	dir := t.TempDir()
+	o := &owner{emb: emb}
+	var err error
+	if o.db, err = clog.Open(filepath.Join(dir, "log.db"), nil); err != nil {
 		t.Fatal(err)
 	}
 	if o.nc, err = o.emb.Connect(); err != nil {
@@ -91,44 +98,7 @@ func startWorker(t *testing.T, o *owner) (*remote.Client, *pool.Pool) {
 
 func startWorkerSweeping(t *testing.T, o *owner, sweep time.Duration) (*remote.Client, *pool.Pool) {
 	t.Helper()
-	nc, err := o.emb.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := remote.NewClient(remote.ClientConfig{NATS: nc, RetryFor: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	agents := pool.NewRegistry()
-	if err := agents.Register("echo", worker.Echo{}, ""); err != nil {
-		t.Fatal(err)
-	}
-	if err := agents.Register("slow", worker.Echo{Delay: time.Second}, ""); err != nil {
-		t.Fatal(err)
-	}
-	bus, err := natsbus.NewDeltaPublisher(nc, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := pool.NewPool(pool.Config{Log: c, NATS: nc, Agents: agents, Deltas: bus, Remote: true,
-		LeaseTTL: testTTL, SweepInterval: sweep, ShutdownTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 2)
-	go func() { done <- p.Run(ctx) }()
-	go func() { done <- remote.ServeAborts(ctx, nc, "", p) }()
-	t.Cleanup(func() {
-		cancel()
-		for range 2 {
-			if err := <-done; err != nil {
-				t.Error(err)
-			}
-		}
-		nc.Close()
-	})
-	return c, p
+	return startWorkerOn(t, o, sweep, o.emb.Connect)
 }
 
 // client is a remote.Client of the owner's log on a connection of its own,
