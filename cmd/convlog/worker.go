@@ -44,6 +44,7 @@ func workerCommand(ctx context.Context, args []string) error {
 		busy[name] = string(p)
 		return nil
 	})
+	natsClient := addNATSClientFlags(fs, natsbus.WorkerUser)
 	configPath := fs.String("config", "", "convlog.yaml: the agents to run, as the service's (docs/agents.md); without it, the built-in echo")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
@@ -73,7 +74,11 @@ func workerCommand(ctx context.Context, args []string) error {
 		}
 		file = f
 	}
-	nc, err := natsbus.Connect(*url)
+	creds, err := natsClient.credentials()
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	nc, err := natsbus.ConnectWith(*url, creds, true)
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
