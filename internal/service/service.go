@@ -175,7 +175,7 @@ func Start(cfg Config) (_ *Service, err error) {
 		if s.nc, err = s.emb.Connect(); err != nil {
 			return nil, fmt.Errorf("connect embedded nats: %w", err)
 		}
-	} else if s.nc, err = natsbus.ConnectWith(cfg.NATSURL, cfg.NATSCredentials, false); err != nil {
+	} else if s.nc, err = natsbus.ConnectWith(cfg.NATSURL, cfg.NATSCredentials, false, s.logger); err != nil {
 		return nil, err
 	}
 

@@ -6,8 +6,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -137,13 +139,34 @@ func (c Credentials) Empty() bool { return c == Credentials{} }
 
 // ConnectWith is Connect with credentials. A worker's connection takes
 // its replies under WorkerInboxPrefix, the one inbox its role may read.
-func ConnectWith(url string, c Credentials, worker bool) (*nats.Conn, error) {
+// logger, if not nil, is told why a connection attempt failed (refused
+// credentials, an untrusted certificate) and of permission refusals:
+// Connect keeps retrying, so without it a wrong password is silence.
+func ConnectWith(url string, c Credentials, worker bool, logger *slog.Logger) (*nats.Conn, error) {
 	opts, err := c.options()
 	if err != nil {
 		return nil, err
 	}
 	if worker {
 		opts = append(opts, nats.CustomInboxPrefix(WorkerInboxPrefix))
+	}
+	if logger != nil {
+		var mu sync.Mutex
+		last := ""
+		// Once per distinct reason: attempts repeat every 250 ms.
+		say := func(msg string, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if err == nil || err.Error() == last {
+				return
+			}
+			last = err.Error()
+			logger.Warn(msg, "url", url, "err", err)
+		}
+		opts = append(opts,
+			nats.ReconnectErrHandler(func(_ *nats.Conn, err error) { say("nats: cannot connect; retrying", err) }),
+			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { say("nats: refused", err) }),
+		)
 	}
 	return connect(url, opts...)
 }

@@ -185,7 +185,7 @@ func TestBrokerAccessMatrix(t *testing.T) {
 	// credentials runs a turn, and answers an abort of another.
 	t.Run("worker runs turns and answers aborts", func(t *testing.T) {
 		startWorkerOn(t, o, 200*time.Millisecond, func() (*nats.Conn, error) {
-			return natsbus.ConnectWith(url, natsbus.Credentials{User: natsbus.WorkerUser, Password: workerPassword, TLSCA: ca}, true)
+			return natsbus.ConnectWith(url, natsbus.Credentials{User: natsbus.WorkerUser, Password: workerPassword, TLSCA: ca}, true, nil)
 		})
 		key := clog.Key{Agent: "echo", Instance: "i", Session: "matrix"}
 		if got := o.settled(t, o.admit(t, key, "hello").ID); got.Status != clog.StatusCompleted {
