@@ -134,9 +134,6 @@ func (c Credentials) options() ([]nats.Option, error) {
 	return opts, nil
 }
 
-// Empty reports whether c presents nothing.
-func (c Credentials) Empty() bool { return c == Credentials{} }
-
 // ConnectWith is Connect with credentials. A worker's connection takes
 // its replies under WorkerInboxPrefix, the one inbox its role may read.
 // logger, if not nil, is told why a connection attempt failed (refused
