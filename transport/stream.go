@@ -178,7 +178,7 @@ func (s *Server) tail(ctx context.Context, w *sseWriter, key log.Key, inc log.In
 		testHookStreamOpened()
 	}
 	// inc is the incarnation served so far; "" until the stream exists.
-	live := false           // the reader has reached the tail once
+	live := false // the reader has reached the tail once
 	for {
 		// Taken before reading: a commit between the read and the wait
 		// still closes changed.

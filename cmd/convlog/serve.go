@@ -22,6 +22,10 @@ func serveCommand(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.Data, "data", service.DefaultData, "data folder: the bbolt log and the embedded JetStream store")
 	fs.StringVar(&cfg.NATSURL, "nats", "", "external NATS URL (e.g. nats://127.0.0.1:4222); empty runs NATS embedded")
 	fs.StringVar(&cfg.NATSListen, "nats-listen", "", "embedded NATS TCP address (e.g. 127.0.0.1:4222); empty for in-process only")
+	workerPasswordFile := fs.String("nats-worker-password-file", "", "file holding the password remote workers give the embedded NATS as user \"worker\" (or set "+envNATSWorkerPassword+"); required with --nats-listen beyond loopback, or with auth on")
+	fs.StringVar(&cfg.NATSTLSCert, "nats-tls-cert", "", "PEM certificate of the embedded NATS's port (TLS; required with --nats-listen beyond loopback)")
+	fs.StringVar(&cfg.NATSTLSKey, "nats-tls-key", "", "PEM private key of --nats-tls-cert")
+	natsClient := addNATSClientFlags(fs, "")
 	fs.StringVar(&cfg.NATSNamespace, "nats-namespace", string(natsbus.DefaultNamespace), "prefix of the NATS subjects, stream and consumer, so deployments can share a broker")
 	fs.Int64Var(&cfg.MaxBody, "max-body", transport.DefaultMaxBody, "largest request body in bytes")
 	fs.DurationVar(&cfg.Heartbeat, "heartbeat", transport.DefaultHeartbeat, "SSE keepalive period")
@@ -66,6 +70,13 @@ func serveCommand(ctx context.Context, args []string) error {
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("serve: unexpected arguments %q", fs.Args())
+	}
+	var err error
+	if cfg.NATSWorkerPassword, err = workerPassword(*workerPasswordFile); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	if cfg.NATSCredentials, err = natsClient.credentials(); err != nil {
+		return fmt.Errorf("serve: %w", err)
 	}
 	switch *workers {
 	case 0:

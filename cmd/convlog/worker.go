@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/convlog/convlog/internal/config"
 	"github.com/convlog/convlog/internal/service"
 	"github.com/convlog/convlog/worker"
@@ -18,6 +20,9 @@ import (
 	"github.com/convlog/convlog/worker/pool"
 	"github.com/convlog/convlog/worker/remote"
 )
+
+// errNATSClosed: the worker's NATS client gave up its connection.
+var errNATSClosed = errors.New("nats connection closed")
 
 // workerCommand runs agents in this process for a `convlog serve
 // --workers=0` elsewhere: submissions from JetStream, leases in its KV
@@ -44,6 +49,7 @@ func workerCommand(ctx context.Context, args []string) error {
 		busy[name] = string(p)
 		return nil
 	})
+	natsClient := addNATSClientFlags(fs, natsbus.WorkerUser)
 	configPath := fs.String("config", "", "convlog.yaml: the agents to run, as the service's (docs/agents.md); without it, the built-in echo")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
@@ -73,11 +79,23 @@ func workerCommand(ctx context.Context, args []string) error {
 		}
 		file = f
 	}
-	nc, err := natsbus.Connect(*url)
+	creds, err := natsClient.credentials()
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	nc, err := natsbus.ConnectWith(*url, creds, true, logger)
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
 	defer nc.Close()
+	// The client gives up (closes) only on what retrying does not mend,
+	// refused credentials above all: the worker then stops and says why,
+	// rather than wait forever on a dead connection.
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	nc.SetClosedHandler(func(c *nats.Conn) {
+		stop(fmt.Errorf("%w: %v", errNATSClosed, c.LastError()))
+	})
 	bus, err := natsbus.NewDeltaPublisher(nc, namespace)
 	if err != nil {
 		return err
@@ -114,6 +132,9 @@ func workerCommand(ctx context.Context, args []string) error {
 	wg.Wait()
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
+	}
+	if cause := context.Cause(ctx); errors.Is(cause, errNATSClosed) {
+		return fmt.Errorf("worker: %w", cause)
 	}
 	logger.Info("convlog worker stopped")
 	return nil

@@ -26,6 +26,9 @@ var ErrExposed = errors.New("refusing to serve beyond loopback without access co
 // checkExposure refuses a non-loopback listen address unless access
 // control is configured or the operator insists (Insecure, logged).
 func checkExposure(cfg Config) error {
+	if err := checkNATSExposure(cfg); err != nil {
+		return err
+	}
 	if (cfg.Auth != nil && cfg.Auth.Enabled()) || loopbackOnly(cfg.Listen) {
 		return nil
 	}
@@ -36,6 +39,32 @@ func checkExposure(cfg Config) error {
 		return nil
 	}
 	return fmt.Errorf("%w: --listen %s reaches other machines; configure auth in the config file (docs/security.md) or pass --insecure", ErrExposed, cfg.Listen)
+}
+
+// ErrBrokerExposed: the embedded broker would listen where others can
+// connect without credentials (or, beyond loopback, without TLS). No flag
+// overrides it: whoever connects reads and writes every conversation.
+var ErrBrokerExposed = errors.New("refusing to open the embedded NATS without credentials")
+
+// checkNATSExposure refuses an embedded broker's port beyond loopback
+// without a worker password and TLS, and any port without a worker
+// password while access control is on (the port would let any local user
+// around it).
+func checkNATSExposure(cfg Config) error {
+	if cfg.NATSURL != "" || cfg.NATSListen == "" {
+		return nil
+	}
+	tls := cfg.NATSTLSCert != "" && cfg.NATSTLSKey != ""
+	if (cfg.NATSTLSCert == "") != (cfg.NATSTLSKey == "") {
+		return fmt.Errorf("%w: --nats-tls-cert and --nats-tls-key go together", ErrBrokerExposed)
+	}
+	switch {
+	case !loopbackOnly(cfg.NATSListen) && (cfg.NATSWorkerPassword == "" || !tls):
+		return fmt.Errorf("%w: --nats-listen %s reaches other machines; give the workers' password (--nats-worker-password-file or CONVLOG_NATS_WORKER_PASSWORD) and --nats-tls-cert/--nats-tls-key (docs/security.md#the-broker)", ErrBrokerExposed, cfg.NATSListen)
+	case cfg.NATSWorkerPassword == "" && cfg.Auth != nil && cfg.Auth.Enabled():
+		return fmt.Errorf("%w: --nats-listen %s with access control on; give the workers' password (--nats-worker-password-file or CONVLOG_NATS_WORKER_PASSWORD; docs/security.md#the-broker)", ErrBrokerExposed, cfg.NATSListen)
+	}
+	return nil
 }
 
 // loopbackOnly reports whether addr can only be reached from this machine.

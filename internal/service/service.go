@@ -30,11 +30,21 @@ import (
 
 // Config is what `convlog serve` takes.
 type Config struct {
-	Listen          string        // HTTP address
-	Data            string        // folder of the log and the embedded JetStream store
-	NATSURL         string        // external NATS; "" runs NATS embedded
-	NATSListen      string        // embedded NATS's TCP address; "" for none
-	NATSNamespace   string        // prefix of every NATS name; "" for "convlog"
+	Listen        string // HTTP address
+	Data          string // folder of the log and the embedded JetStream store
+	NATSURL       string // external NATS; "" runs NATS embedded
+	NATSListen    string // embedded NATS's TCP address; "" for none
+	NATSNamespace string // prefix of every NATS name; "" for "convlog"
+	// NATSWorkerPassword lets remote workers into the embedded broker's
+	// TCP port as natsbus.WorkerUser, with only a worker's subjects; with
+	// it every connection to the port must authenticate. Required for a
+	// port beyond loopback, and for any port when Auth is on.
+	NATSWorkerPassword string
+	// NATSTLSCert and NATSTLSKey (PEM files) make the embedded broker's
+	// port speak TLS only. Required for a port beyond loopback.
+	NATSTLSCert, NATSTLSKey string
+	// NATSCredentials are presented to an external NATS (NATSURL).
+	NATSCredentials natsbus.Credentials
 	MaxBody         int64         // request body limit
 	Heartbeat       time.Duration // SSE keepalive period
 	SSEWriteTimeout time.Duration // a response (or stream write) that takes longer is dropped
@@ -151,13 +161,21 @@ func Start(cfg Config) (_ *Service, err error) {
 	}
 	if cfg.NATSURL == "" {
 		s.checkDisk()
-		if s.emb, err = natsbus.StartEmbedded(s.dir.JetStreamPath(), cfg.NATSListen); err != nil {
+		if s.emb, err = natsbus.StartEmbeddedWith(natsbus.EmbeddedOptions{
+			Dir: s.dir.JetStreamPath(), Listen: cfg.NATSListen,
+			Namespace:      natsbus.Namespace(cfg.NATSNamespace),
+			WorkerPassword: cfg.NATSWorkerPassword,
+			TLSCert:        cfg.NATSTLSCert, TLSKey: cfg.NATSTLSKey,
+			// checkExposure has refused a port beyond loopback, or with
+			// access control on, that would have no users.
+			Open: cfg.NATSWorkerPassword == "",
+		}); err != nil {
 			return nil, err
 		}
 		if s.nc, err = s.emb.Connect(); err != nil {
 			return nil, fmt.Errorf("connect embedded nats: %w", err)
 		}
-	} else if s.nc, err = natsbus.Connect(cfg.NATSURL); err != nil {
+	} else if s.nc, err = natsbus.ConnectWith(cfg.NATSURL, cfg.NATSCredentials, false, s.logger); err != nil {
 		return nil, err
 	}
 

@@ -17,11 +17,37 @@ import (
 // Embedded is a NATS server with JetStream running inside this process.
 type Embedded struct {
 	Server *server.Server
+	// ownerPassword is the owner's, for the in-process connection; "" when
+	// the broker has no users.
+	ownerPassword string
+}
+
+// EmbeddedOptions configure the embedded broker.
+type EmbeddedOptions struct {
+	Dir    string // the JetStream store
+	Listen string // "" for no TCP port at all (in-process only) or host:port
+	// Namespace whose subjects the worker user may use.
+	Namespace Namespace
+	// WorkerPassword lets remote workers in as WorkerUser, with
+	// WorkerPermissions; "" lets no worker in.
+	WorkerPassword string
+	// TLSCert and TLSKey are PEM files: the TCP port speaks TLS only.
+	TLSCert, TLSKey string
+	// Open listens with no users at all, as before there were any: for a
+	// loopback port without access control (the caller decides when).
+	Open bool
 }
 
 // StartEmbedded starts NATS with JetStream storing under dir. listen is
-// "" for no TCP port at all (in-process connections only) or host:port.
+// "" for no TCP port at all (in-process connections only) or host:port;
+// a port has no users (EmbeddedOptions.Open).
 func StartEmbedded(dir, listen string) (*Embedded, error) {
+	return StartEmbeddedWith(EmbeddedOptions{Dir: dir, Listen: listen, Open: true})
+}
+
+// StartEmbeddedWith starts NATS with JetStream as o says.
+func StartEmbeddedWith(o EmbeddedOptions) (*Embedded, error) {
+	dir, listen := o.Dir, o.Listen
 	opts := &server.Options{
 		JetStream:  true,
 		StoreDir:   dir,
@@ -42,7 +68,14 @@ func StartEmbedded(dir, listen string) (*Embedded, error) {
 		if err != nil {
 			return nil, fmt.Errorf("nats listen %q: %w", listen, err)
 		}
+		if p == 0 {
+			p = server.RANDOM_PORT // nats-server reads 0 as its default, 4222
+		}
 		opts.Host, opts.Port = host, p
+	}
+	ownerPassword, err := brokerAuth(opts, o)
+	if err != nil {
+		return nil, err
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {
@@ -53,13 +86,20 @@ func StartEmbedded(dir, listen string) (*Embedded, error) {
 		s.Shutdown()
 		return nil, errors.New("embedded nats: not ready after 30s")
 	}
-	return &Embedded{Server: s}, nil
+	return &Embedded{Server: s, ownerPassword: ownerPassword}, nil
 }
 
-// Connect opens an in-process client connection.
+// Connect opens an in-process client connection, as the owner.
 func (e *Embedded) Connect() (*nats.Conn, error) {
-	return nats.Connect("", nats.InProcessServer(e.Server), nats.Name("convlog"), nats.MaxReconnects(-1))
+	opts := []nats.Option{nats.InProcessServer(e.Server), nats.Name("convlog"), nats.MaxReconnects(-1)}
+	if e.ownerPassword != "" {
+		opts = append(opts, nats.UserInfo(OwnerUser, e.ownerPassword))
+	}
+	return nats.Connect("", opts...)
 }
+
+// ClientURL is the URL of the server's TCP port ("" without one).
+func (e *Embedded) ClientURL() string { return e.Server.ClientURL() }
 
 // Shutdown stops the server and waits for it.
 func (e *Embedded) Shutdown() {
@@ -70,13 +110,15 @@ func (e *Embedded) Shutdown() {
 // Connect dials an external NATS. It keeps reconnecting forever: the log,
 // not NATS, is what admission depends on, so the service rides out broker
 // outages. RetryOnFailedConnect lets it start while the broker is down.
-func Connect(url string) (*nats.Conn, error) {
-	nc, err := nats.Connect(url,
+func Connect(url string) (*nats.Conn, error) { return connect(url) }
+
+func connect(url string, extra ...nats.Option) (*nats.Conn, error) {
+	nc, err := nats.Connect(url, append([]nats.Option{
 		nats.Name("convlog"),
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
+		nats.ReconnectWait(250 * time.Millisecond),
 		nats.RetryOnFailedConnect(true),
-	)
+	}, extra...)...)
 	if err != nil {
 		return nil, fmt.Errorf("connect nats %s: %w", url, err)
 	}

@@ -304,12 +304,25 @@ func (p *Pool) start(ctx context.Context) (jetstream.Consumer, []clog.Key, error
 	// leaves that store's goroutines running.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), setupTimeout)
 	defer cancel()
-	cons, err := natsbus.EnsureStreamReplicas(sctx, p.js, p.cfg.Namespace, p.cfg.Replicas)
+	var cons jetstream.Consumer
+	var err error
+	if p.cfg.Remote {
+		// The log's owner creates the stream and the bucket: a remote
+		// worker's broker role may not change them (natsbus.WorkerPermissions).
+		cons, err = natsbus.BindStream(sctx, p.js, p.cfg.Namespace)
+	} else {
+		cons, err = natsbus.EnsureStreamReplicas(sctx, p.js, p.cfg.Namespace, p.cfg.Replicas)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
 	if p.leases == nil {
-		if p.leases, err = natsbus.OpenLeasesReplicas(sctx, p.js, p.cfg.Namespace, p.cfg.LeaseTTL, p.cfg.Log.InstanceID(), p.cfg.Replicas); err != nil {
+		if p.cfg.Remote {
+			p.leases, err = natsbus.BindLeases(sctx, p.js, p.cfg.Namespace, p.cfg.LeaseTTL, p.cfg.Log.InstanceID())
+		} else {
+			p.leases, err = natsbus.OpenLeasesReplicas(sctx, p.js, p.cfg.Namespace, p.cfg.LeaseTTL, p.cfg.Log.InstanceID(), p.cfg.Replicas)
+		}
+		if err != nil {
 			return nil, nil, err
 		}
 	}

@@ -74,6 +74,7 @@ func TestAnswerOverMaxPayloadIsAnError(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := o.client(t)
+	holdLease(t, o, c.InstanceID(), key)
 	_, err := c.Read(context.Background(), key, clog.Start, 1)
 	if !errors.Is(err, remote.ErrTooLarge) {
 		t.Fatalf("read of a batch over max_payload: %v, want ErrTooLarge", err)

@@ -31,8 +31,9 @@ type ClientConfig struct {
 // Client is the log of another process, asked over NATS: a pool.Log and a
 // pool.FencedLog for a remote worker's pool.
 type Client struct {
-	cfg ClientConfig
-	id  string
+	cfg   ClientConfig
+	id    string
+	lease string // the name this process's leases hold (natsbus.LeaseOwner)
 }
 
 var (
@@ -61,7 +62,8 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Client{cfg: cfg, id: "worker-" + ulid.Make().String()}, nil
+	id := "worker-" + ulid.Make().String()
+	return &Client{cfg: cfg, id: id, lease: natsbus.LeaseOwner(id)}, nil
 }
 
 // retryable reports a failure worth asking again: no reply, no owner
@@ -133,7 +135,9 @@ func (c *Client) UnsettledPage(ctx context.Context, cursor clog.ScanCursor, limi
 }
 
 func (c *Client) Read(ctx context.Context, key clog.Key, offset clog.Offset, limit int) (clog.ReadResult, error) {
-	res, err := c.call(ctx, opRead, &request{Key: key, Offset: offset, Limit: limit})
+	// Named by this process's lease name: the owner answers only the
+	// session's holder (Server's opRead).
+	res, err := c.call(ctx, opRead, &request{Key: key, Offset: offset, Limit: limit, Fence: pool.Fence{Lease: c.lease}})
 	return res.Read, err
 }
 
@@ -142,7 +146,8 @@ func (c *Client) Tail(ctx context.Context, key clog.Key) (clog.Incarnation, clog
 	return res.Inc, res.Offset, err
 }
 
-// Write commits w unfenced.
+// Write commits w unfenced, which the owner refuses (ErrFenced): every
+// write of a remote worker is a turn's, under its session lease.
 func (c *Client) Write(ctx context.Context, w clog.Write) (clog.Appended, error) {
 	return c.WriteFenced(ctx, w, pool.Fence{})
 }

@@ -14,6 +14,12 @@
 // already in the log, and the owner answers it as the first attempt's
 // success instead of writing twice.
 //
+// The owner also answers a conversation's records (a read) only to the
+// holder of its session lease, and refuses a write whose fence names no
+// lease (ErrNotLeaseHolder): the broker's permissions
+// (natsbus.WorkerPermissions) decide who may ask at all, the lease which
+// conversations a worker may see.
+//
 // The log is still the source of truth and the owner its only writer:
 // JetStream carries the doorbells, the leases and these requests.
 package remote

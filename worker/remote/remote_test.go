@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	clog "github.com/convlog/convlog/log"
-	"github.com/convlog/convlog/worker"
 	"github.com/convlog/convlog/worker/natsbus"
 	"github.com/convlog/convlog/worker/pool"
 	"github.com/convlog/convlog/worker/remote"
@@ -32,13 +32,21 @@ const testTTL = 3 * time.Second
 
 func startOwner(t *testing.T) *owner {
 	t.Helper()
-	dir := t.TempDir()
-	o := &owner{}
-	var err error
-	if o.db, err = clog.Open(filepath.Join(dir, "log.db"), nil); err != nil {
+	emb, err := natsbus.StartEmbedded(filepath.Join(t.TempDir(), "nats"), "")
+	if err != nil {
 		t.Fatal(err)
 	}
-	if o.emb, err = natsbus.StartEmbedded(filepath.Join(dir, "nats"), ""); err != nil {
+	return startOwnerOn(t, emb)
+}
+
+// startOwnerOn is startOwner on a broker of the test's making, which it
+// shuts down at the end.
+func startOwnerOn(t *testing.T, emb *natsbus.Embedded) *owner {
+	t.Helper()
+	dir := t.TempDir()
+	o := &owner{emb: emb}
+	var err error
+	if o.db, err = clog.Open(filepath.Join(dir, "log.db"), nil); err != nil {
 		t.Fatal(err)
 	}
 	if o.nc, err = o.emb.Connect(); err != nil {
@@ -90,44 +98,7 @@ func startWorker(t *testing.T, o *owner) (*remote.Client, *pool.Pool) {
 
 func startWorkerSweeping(t *testing.T, o *owner, sweep time.Duration) (*remote.Client, *pool.Pool) {
 	t.Helper()
-	nc, err := o.emb.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := remote.NewClient(remote.ClientConfig{NATS: nc, RetryFor: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	agents := pool.NewRegistry()
-	if err := agents.Register("echo", worker.Echo{}, ""); err != nil {
-		t.Fatal(err)
-	}
-	if err := agents.Register("slow", worker.Echo{Delay: time.Second}, ""); err != nil {
-		t.Fatal(err)
-	}
-	bus, err := natsbus.NewDeltaPublisher(nc, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := pool.NewPool(pool.Config{Log: c, NATS: nc, Agents: agents, Deltas: bus, Remote: true,
-		LeaseTTL: testTTL, SweepInterval: sweep, ShutdownTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 2)
-	go func() { done <- p.Run(ctx) }()
-	go func() { done <- remote.ServeAborts(ctx, nc, "", p) }()
-	t.Cleanup(func() {
-		cancel()
-		for range 2 {
-			if err := <-done; err != nil {
-				t.Error(err)
-			}
-		}
-		nc.Close()
-	})
-	return c, p
+	return startWorkerOn(t, o, sweep, o.emb.Connect)
 }
 
 // client is a remote.Client of the owner's log on a connection of its own,
@@ -409,5 +380,63 @@ func TestRemoteAbort(t *testing.T) {
 	}
 	if _, err := o.srv.Abort(context.Background(), running.ID); !errors.Is(err, clog.ErrSubmissionSettled) {
 		t.Fatalf("second abort: %v, want ErrSubmissionSettled", err)
+	}
+}
+
+// The owner answers a conversation's records, and takes writes to it, only
+// from the holder of its session lease: a write that names no lease was
+// once committed as it came, and any read was answered, to anyone on the
+// broker.
+func TestOwnerRefusesNonHolders(t *testing.T) {
+	o := startOwner(t)
+	c := o.client(t)
+	key := clog.Key{Agent: "echo", Instance: "i", Session: "holders"}
+	sub, _, err := o.db.Admit(context.Background(), clog.Admission{Key: key, Records: []clog.Record{userRecord("secret")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	forged := clog.Write{Key: key, TurnID: "turn_forged", Records: []clog.Record{userRecord("forged")}}
+	start := clog.Write{Key: key, Start: []string{sub.ID}, TurnID: "turn_forged"}
+	cases := []struct {
+		name   string
+		holder string // who holds the session's lease; "" no one
+		call   func() error
+	}{
+		{"unfenced write, no lease", "", func() error { _, err := c.Write(ctx, forged); return err }},
+		{"unfenced start, another's lease", "worker-other", func() error { _, err := c.Write(ctx, start); return err }},
+		{"write naming a lease it does not hold", "worker-other", func() error {
+			_, err := c.WriteFenced(ctx, forged, pool.Fence{Lease: "worker-other " + "forged", Step: 1})
+			return err
+		}},
+		{"read, no lease", "", func() error { _, err := c.Read(ctx, key, clog.Start, 10); return err }},
+		{"read, another's lease", "worker-other", func() error { _, err := c.Read(ctx, key, clog.Start, 10); return err }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.holder != "" {
+				l := holdLease(t, o, tc.holder, key)
+				defer func() { _ = l.Release(context.Background()) }()
+			}
+			err := tc.call()
+			if !errors.Is(err, remote.ErrNotLeaseHolder) {
+				t.Fatalf("got %v, want ErrNotLeaseHolder", err)
+			}
+			if !strings.Contains(err.Error(), "lease") {
+				t.Fatalf("the error does not say why: %v", err)
+			}
+		})
+	}
+	if n := len(o.entries(t, key, clog.EntryUserMessage)); n != 1 {
+		t.Fatalf("%d user entries after the refused writes, want 1", n)
+	}
+	if got, err := o.db.Submission(ctx, sub.ID); err != nil || got.Status != clog.StatusAdmitted {
+		t.Fatalf("submission after refused writes: %+v %v", got, err)
+	}
+	// The holder reads and writes.
+	holdLease(t, o, c.InstanceID(), key)
+	res, err := c.Read(ctx, key, clog.Start, 10)
+	if err != nil || len(res.Batches) == 0 {
+		t.Fatalf("the holder's read: %+v %v", res, err)
 	}
 }

@@ -94,6 +94,11 @@ func (s *Server) Run(ctx context.Context) error {
 		// its caller gave up on (see pool.Pool's start).
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
 		defer cancel()
+		// The stream and the bucket are the owner's to make: the workers
+		// only look them up (natsbus.BindStream).
+		if _, err := natsbus.EnsureStreamReplicas(sctx, js, s.cfg.Namespace, s.cfg.Replicas); err != nil {
+			return err
+		}
 		leases, err := natsbus.OpenLeasesReplicas(sctx, js, s.cfg.Namespace, s.cfg.LeaseTTL, s.cfg.Log.InstanceID(), s.cfg.Replicas)
 		if err != nil {
 			return err
@@ -201,7 +206,12 @@ func (s *Server) do(ctx context.Context, op string, rq *request) (res response) 
 	case opUnsettled:
 		res.Subs, res.Cursor, err = db.UnsettledPage(ctx, rq.Cursor, rq.Limit)
 	case opRead:
-		res.Read, err = db.Read(ctx, rq.Key, rq.Offset, rq.Limit)
+		// A conversation's content goes only to the worker running its
+		// turn: the owner reads its own log directly, so a read that
+		// comes here and names no lease it holds is no one's business.
+		if err = s.holds(ctx, rq.Key, rq.Fence.Lease); err == nil {
+			res.Read, err = db.Read(ctx, rq.Key, rq.Offset, rq.Limit)
+		}
 	case opTail:
 		res.Inc, res.Offset, err = db.Tail(ctx, rq.Key)
 	case opInstance:
@@ -219,17 +229,11 @@ func (s *Server) do(ctx context.Context, op string, rq *request) (res response) 
 // of a write already committed as that write's success.
 func (s *Server) write(ctx context.Context, rq *request) (clog.Appended, error) {
 	w := rq.Write
-	if rq.Fence.Lease != "" {
-		s.mu.Lock()
-		leases := s.leases
-		s.mu.Unlock()
-		holder, err := leases.Holder(ctx, w.Key)
-		if err != nil {
-			return clog.Appended{}, fmt.Errorf("%w: check the lease: %v", errUnavailable, err)
-		}
-		if holder != rq.Fence.Lease {
-			return clog.Appended{}, fmt.Errorf("%w: %s turn %s step %d: the lease names %q", ErrFenced, w.Key, w.TurnID, rq.Fence.Step, holder)
-		}
+	// Every write is fenced: one that names no lease, or a lease the
+	// bucket no longer gives its writer, could come from anyone on the
+	// broker or from a worker another has replaced.
+	if err := s.holds(ctx, w.Key, rq.Fence.Lease); err != nil {
+		return clog.Appended{}, fmt.Errorf("%w: %s turn %s step %d: %w", ErrFenced, w.Key, w.TurnID, rq.Fence.Step, err)
 	}
 	app, err := s.cfg.Log.Write(ctx, w)
 	if err != nil && s.replayed(ctx, w, err) {
@@ -241,6 +245,32 @@ func (s *Server) write(ctx context.Context, rq *request) (clog.Appended, error) 
 		return clog.Appended{Incarnation: inc, NextOffset: next}, nil
 	}
 	return app, err
+}
+
+// holds returns nil if the session's lease names holder, a live lease
+// (the bucket's entries lapse a TTL after their holder's last renewal),
+// and ErrNotLeaseHolder otherwise.
+func (s *Server) holds(ctx context.Context, key clog.Key, holder string) error {
+	if holder == "" {
+		return fmt.Errorf("%w: the request names no session lease", ErrNotLeaseHolder)
+	}
+	s.mu.Lock()
+	leases := s.leases
+	s.mu.Unlock()
+	if leases == nil {
+		return fmt.Errorf("%w: the lease bucket is not open yet", errUnavailable)
+	}
+	got, err := leases.Holder(ctx, key)
+	if err != nil {
+		return fmt.Errorf("%w: check the lease: %v", errUnavailable, err)
+	}
+	if got != holder {
+		if got == "" {
+			return fmt.Errorf("%w: no one holds the lease of %s", ErrNotLeaseHolder, key)
+		}
+		return fmt.Errorf("%w: the lease of %s names %q", ErrNotLeaseHolder, key, got)
+	}
+	return nil
 }
 
 // replayed reports whether a write refused with err is one already in the

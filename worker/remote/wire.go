@@ -26,6 +26,11 @@ const (
 // turn must stop: another worker may run the session now.
 var ErrFenced = errors.New("session lease not held by the writer (fenced)")
 
+// ErrNotLeaseHolder: a read of a conversation, or a write to it, from a
+// process that does not hold its session lease. A write so refused is
+// also ErrFenced.
+var ErrNotLeaseHolder = errors.New("not the holder of the session lease")
+
 // ErrTooLarge: a request or its answer exceeds the broker's max_payload
 // (a record larger than it, docs/scale-out.md). Not retried.
 var ErrTooLarge = errors.New("larger than the broker's max_payload")
@@ -74,6 +79,7 @@ var sentinels = map[string]error{
 	"incarnation_changed":  clog.ErrIncarnationChanged,
 	"closed":               clog.ErrClosed,
 	"fenced":               ErrFenced,
+	"not_lease_holder":     ErrNotLeaseHolder,
 	"too_large":            ErrTooLarge,
 	"unavailable":          errUnavailable,
 }
