@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -135,21 +136,35 @@ func TestMetricsScrape(t *testing.T) {
 		{"convlog_stream_writes_total", nil}, // the stream's first frame
 		{"convlog_stream_bytes_total", nil},
 	}
-	for _, m := range moved {
-		b, a := max(metricValue(before, m.name, m.labels), 0), metricValue(after, m.name, m.labels)
-		if a <= b {
-			t.Errorf("%s%v did not move: %v then %v", m.name, m.labels, b, a)
+	// Counted after the answer is on its way (an admission's outcome once
+	// the handler returns, a turn's duration after its settlement
+	// commits): a scrape right after may come first, so poll.
+	var why string
+	defer func() {
+		if t.Failed() {
+			t.Log(why)
 		}
-	}
-	if v := metricValue(after, "convlog_streams_open", nil); v < 1 {
-		t.Errorf("streams open = %v with one open", v)
-	}
-	if v := metricValue(after, "convlog_nats_connected", nil); v != 1 {
-		t.Errorf("nats connected = %v", v)
-	}
-	if v := metricValue(after, "convlog_submissions_unsettled", nil); v != 0 {
-		t.Errorf("unsettled = %v after the turn settled", v)
-	}
+	}()
+	eventually(t, "the metrics move", func() bool {
+		after := scrape(t, svc.Addr())
+		why = ""
+		for _, m := range moved {
+			b, a := max(metricValue(before, m.name, m.labels), 0), metricValue(after, m.name, m.labels)
+			if a <= b {
+				why += fmt.Sprintf("%s%v did not move: %v then %v; ", m.name, m.labels, b, a)
+			}
+		}
+		if v := metricValue(after, "convlog_streams_open", nil); v < 1 {
+			why += fmt.Sprintf("streams open = %v with one open; ", v)
+		}
+		if v := metricValue(after, "convlog_nats_connected", nil); v != 1 {
+			why += fmt.Sprintf("nats connected = %v; ", v)
+		}
+		if v := metricValue(after, "convlog_submissions_unsettled", nil); v != 0 {
+			why += fmt.Sprintf("unsettled = %v after the turn settled; ", v)
+		}
+		return why == ""
+	})
 }
 
 // Access control's refusals and the principals' limits are in /metrics
