@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -45,6 +46,12 @@ func backupCommand(ctx context.Context, args []string) error {
 		n, err = clog.BackupFile(filepath.Join(*data, "convlog.db"), begin)
 	}
 	if *data == "" || errors.Is(err, clog.ErrLocked) {
+		if *data != "" && !flagSet(fs, "server") {
+			// The folder's holder says where it listens.
+			if h, herr := datadir.Holder(*data); herr == nil && h != nil && h.Listen != "" {
+				*server = localURL(h.Listen)
+			}
+		}
 		via = "the service at " + *server
 		n, err = backupFromServer(ctx, *server, f)
 	}
@@ -124,4 +131,27 @@ func restoreCommand(ctx context.Context, args []string) error {
 	}
 	fmt.Printf("restore: %d bytes into %s; %d streams, %d given a new incarnation\n", res.Bytes, dst, res.Streams, res.Renewed)
 	return nil
+}
+
+// flagSet says whether name was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// localURL is the URL this machine reaches a listen address at: a
+// wildcard host is reached over loopback.
+func localURL(listen string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "http://" + listen
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+		if ip != nil && ip.To4() == nil {
+			host = "::1"
+		}
+	}
+	return "http://" + net.JoinHostPort(host, port)
 }

@@ -405,6 +405,12 @@ func TestCLIBackupRestore(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "the service at") {
 		t.Fatalf("backup of a running service: exit %d %q %q", code, out, errOut)
 	}
+	// Given only the folder, backup finds the service that holds it, on
+	// whatever port it listens (it tried 127.0.0.1:8080 before).
+	out, errOut, code = runCLI(t, bin, "backup", "--data", data, "--to", file+".found")
+	if code != 0 || !strings.Contains(out, "the service at "+url) {
+		t.Fatalf("backup --data of a running service on %s: exit %d %q %q", url, code, out, errOut)
+	}
 	srv.stop(t)
 	// Offline, the file is copied directly.
 	out, errOut, code = runCLI(t, bin, "backup", "--data", data, "--to", file+".offline")

@@ -35,6 +35,9 @@ var (
 type HeldError struct {
 	Dir string
 	PID int // 0 when unknown
+	// Listen is the holder's HTTP address, as Folder.Listening recorded
+	// it ("" when unknown: it has not served yet, or is older).
+	Listen string
 }
 
 func (e *HeldError) Error() string {
@@ -184,6 +187,11 @@ func MarkRestored(dir string) error {
 
 // Close lets the folder go.
 func (f *Folder) Close() error { return f.lock.release() }
+
+// Listening records in the folder's lock file the HTTP address the holder
+// serves on, so that a command given only the folder (convlog backup
+// --data) finds the service that holds it.
+func (f *Folder) Listening(addr string) error { return f.lock.listening(addr) }
 
 func syncDir(dir string) error {
 	d, err := os.Open(dir)

@@ -153,6 +153,10 @@ func Start(cfg Config) (_ *Service, err error) {
 	if s.dir, err = datadir.Open(cfg.Data, cfg.NATSURL == "", cfg.Init); err != nil {
 		return nil, err
 	}
+	// Where we serve, for the commands given only the folder (backup).
+	if err := s.dir.Listening(s.ln.Addr().String()); err != nil {
+		s.logger.Warn("recording the listen address in the data folder's lock", "err", err)
+	}
 	if s.db, err = clog.Open(s.dir.LogPath(), &clog.Options{Observer: s.metrics, Logger: s.logger, WakeDelay: transport.WakeDelay}); err != nil {
 		return nil, err
 	}
