@@ -179,6 +179,11 @@ func (p *Pool) pendingTurn(key clog.Key, held *heldLease) (*turn, error) {
 	// The delivery position is recorded before the call: once running, a
 	// submission is never delivered again, whatever happens to us.
 	started, err := t.write(p.turnsCtx, clog.Write{Key: key, Start: ids, TurnID: t.id})
+	if errors.Is(err, clog.ErrSubmissionNotFound) {
+		// Purged since they were read: nothing left to run.
+		p.logger.Debug("worker: the conversation was purged before its turn started", "session", key.String(), "turn", t.id)
+		return nil, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("start turn: %w", err)
 	}
@@ -467,6 +472,12 @@ func (t *turn) settle(ctx context.Context, res outcome) error {
 		return nil
 	case errors.Is(err, clog.ErrIncarnationChanged):
 		return nil // reset at the last moment: the reset settled them
+	case errors.Is(err, clog.ErrSubmissionNotFound):
+		// The conversation was deleted with purge under the turn: its
+		// submissions, and what the turn would have answered, are gone.
+		// An expected race, not a failure of ours.
+		t.p.logger.Debug("worker: the conversation was purged under a running turn; nothing to settle", "session", t.key.String(), "turn", t.id)
+		return nil
 	case errors.Is(err, clog.ErrSubmissionSettled), errors.Is(err, clog.ErrSubmissionState):
 		return fmt.Errorf("settle turn %s: %w", t.id, err)
 	}
