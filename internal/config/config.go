@@ -147,8 +147,21 @@ func Load(path string) (*File, error) {
 	return Parse(path, data)
 }
 
+// MaxFileBytes bounds a config file: it lists agents, and a larger one is
+// a mistake (or an attack), not a configuration.
+const MaxFileBytes = 1 << 20
+
+// MaxParametersBytes bounds the JSON a tool's parameters expand to. The
+// schema is sent to the model on every turn: YAML aliases share nodes when
+// decoded, so a 624-byte file of nested aliases (an alias bomb) decoded in
+// microseconds and expanded to 636 MB at each turn.
+const MaxParametersBytes = 256 << 10
+
 // Parse validates data, the contents of the file named name.
 func Parse(name string, data []byte) (_ *File, err error) {
+	if len(data) > MaxFileBytes {
+		return nil, &Error{File: name, Msg: fmt.Sprintf("the file is %d bytes, more than the %d a config file may have", len(data), MaxFileBytes)}
+	}
 	// The YAML library panics on some malformed input (found by fuzzing:
 	// a tag where a sequence was expected); a bad file is an error.
 	defer func() {
@@ -322,6 +335,9 @@ func (f *File) validate(name string, at func(string) int) error {
 				if !isHTTPURL(t.URL) {
 					return bad(tp+".url", "is required: the http(s) URL convlog POSTs the arguments to")
 				}
+				if !withinBytes(t.Parameters, MaxParametersBytes) {
+					return bad(tp+".parameters", "expands to more than %d bytes of JSON (YAML aliases are expanded: each alias counts as a copy of what it names)", MaxParametersBytes)
+				}
 			}
 		case KindHTTP:
 			if !isHTTPURL(a.URL) {
@@ -341,6 +357,46 @@ func (f *File) validate(name string, at func(string) int) error {
 		}
 	}
 	return nil
+}
+
+// withinBytes says whether v, encoded as JSON, is at most limit bytes,
+// roughly (keys and strings are counted as written, other scalars as 8).
+// The walk stops as soon as the budget is spent, so that an alias bomb
+// costs no more than the limit to refuse.
+func withinBytes(v any, limit int) bool {
+	left := limit
+	var walk func(v any) bool
+	walk = func(v any) bool {
+		switch v := v.(type) {
+		case map[string]any:
+			left -= 2
+			for k, e := range v {
+				if left -= len(k) + 4; left < 0 || !walk(e) {
+					return false
+				}
+			}
+		case map[any]any:
+			left -= 2
+			for _, e := range v {
+				if left -= 12; left < 0 || !walk(e) {
+					return false
+				}
+			}
+		case []any:
+			left -= 2
+			for _, e := range v {
+				if left--; left < 0 || !walk(e) {
+					return false
+				}
+			}
+		case string:
+			left -= len(v) + 2
+		default:
+			left -= 8
+		}
+		return left >= 0
+	}
+	return walk(v)
 }
 
 func contains(xs []string, x string) bool {

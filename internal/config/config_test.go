@@ -97,6 +97,9 @@ func TestParseBad(t *testing.T) {
 		{"auth without issuer", "auth:\n  jwt:\n    audience: convlog\n    jwks: keys.json\n", `convlog.yaml:3: auth.jwt.issuer: required`},
 		{"unknown auth key", "auth:\n  tokenz: []\n", `convlog.yaml:2: tokenz: unknown key`},
 		{"not yaml", "agents: [\n", `convlog.yaml`},
+		{"alias bomb in parameters", aliasBomb("[x, x, x, x, x, x, x, x, x, x]"), `convlog.yaml:9: agents[0].tools[0].parameters: expands to more than`},
+		{"alias bomb of maps", aliasBomb("{k0: x, k1: x, k2: x, k3: x, k4: x, k5: x, k6: x, k7: x, k8: x, k9: x}"), `agents[0].tools[0].parameters: expands to more than`},
+		{"file too large", "agents:\n  - name: a\n    kind: echo\n" + strings.Repeat("# padding\n", config.MaxFileBytes/10), `convlog.yaml: the file is`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := config.Parse("convlog.yaml", []byte(tc.yaml))
@@ -112,4 +115,15 @@ func TestParseBad(t *testing.T) {
 			}
 		})
 	}
+}
+
+// aliasBomb is a tool whose parameters nest ten aliases six deep: a few
+// hundred bytes that name a million copies of leaf.
+func aliasBomb(leaf string) string {
+	y := "agents:\n  - name: o\n    kind: openai\n    model: m\n    tools:\n      - name: t\n        url: http://x/\n        parameters:\n          a: &a " + leaf + "\n"
+	for _, l := range []string{"b", "c", "d", "e", "f"} {
+		prev := string(rune(l[0] - 1))
+		y += "          " + l + ": &" + l + " [" + strings.TrimSuffix(strings.Repeat("*"+prev+", ", 10), ", ") + "]\n"
+	}
+	return y
 }

@@ -16,6 +16,7 @@ func FuzzParse(f *testing.F) {
 		"agents: [",
 		"unknown: 1\n",
 		"agents:\n  - name: a\n    kind: echo\n    timeout: 10x\n",
+		"agents:\n  - name: o\n    kind: openai\n    model: m\n    tools:\n      - name: t\n        url: http://x/\n        parameters:\n          a: &a [x, x, x, x]\n          b: &b [*a, *a, *a, *a]\n          c: &c [*b, *b, *b, *b]\n          d: [*c, *c, *c, *c]\n",
 	} {
 		f.Add([]byte(s))
 	}

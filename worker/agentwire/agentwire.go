@@ -22,8 +22,9 @@ type Request struct {
 	Prompt worker.Prompt `json:"prompt"`
 }
 
-// MaxLine bounds one event's encoding: a longer line is a protocol error,
-// not an unbounded buffer.
+// MaxLine bounds one event's encoding: a longer line, or an SSE event
+// whose data lines together are longer, is a protocol error, not an
+// unbounded buffer.
 const MaxLine = 8 << 20
 
 // ErrProtocol is wrapped by every error in what the agent sent.
@@ -101,6 +102,9 @@ func Read(r io.Reader, f Format, yield func(worker.Event) bool) (terminal bool, 
 					data, dataLine = []byte{}, line
 				} else {
 					data = append(data, '\n')
+				}
+				if len(data)+len(value) > MaxLine {
+					return false, fmt.Errorf("%w: the event starting at line %d is longer than %d bytes by line %d", ErrProtocol, dataLine, MaxLine, line)
 				}
 				data = append(data, value...)
 			}

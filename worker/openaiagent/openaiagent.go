@@ -33,6 +33,7 @@ import (
 	"github.com/openai/openai-go/v3/packages/param"
 	"github.com/openai/openai-go/v3/shared"
 
+	clog "github.com/convlog/convlog/log"
 	"github.com/convlog/convlog/projection"
 	"github.com/convlog/convlog/worker"
 	"github.com/convlog/convlog/worker/egress"
@@ -89,6 +90,7 @@ const (
 	CodeUpstreamRejected    = "upstream_rejected"    // 4xx: bad key, unknown model, bad request
 	CodeMaxSteps            = "max_steps_exceeded"   // the model still called tools after MaxSteps calls
 	CodeHistory             = "history_unreadable"   // the conversation could not be read
+	CodeReplyTooLarge       = "reply_too_large"      // the tool calls' arguments outgrew the log's batch limit
 )
 
 // Agent calls Model at BaseURL.
@@ -254,6 +256,10 @@ func (a *Agent) step(ctx context.Context, msgs []openai.ChatCompletionMessagePar
 		if errors.Is(err, errStopped) || ctx.Err() != nil {
 			return nil, false
 		}
+		if errors.Is(err, errArgsTooLarge) {
+			yield(worker.Failed(err.Error(), false, CodeReplyTooLarge))
+			return nil, false
+		}
 		code, retryable, retryAfter := classify(err)
 		if streamed || !retryable || attempt >= a.MaxAttempts {
 			if streamed {
@@ -281,6 +287,16 @@ func (a *Agent) step(ctx context.Context, msgs []openai.ChatCompletionMessagePar
 
 var errStopped = errors.New("the caller stopped")
 
+// maxToolArgs bounds the tool-call arguments (and names) of one model
+// call, as they stream: a call's input is stored as one record, so more
+// than the log's batch limit could never be stored, and a server sending
+// fragments without end must not grow our memory until it stops.
+const maxToolArgs = clog.MaxBatchBytes
+
+// errArgsTooLarge is the error of a stream whose tool calls outgrew
+// maxToolArgs.
+var errArgsTooLarge = fmt.Errorf("the model's tool-call arguments are longer than %d bytes, the log's batch limit", maxToolArgs)
+
 // stream runs one streaming request. streamed says whether any event came
 // out of it (after which a retry would repeat them).
 func (a *Agent) stream(ctx context.Context, params openai.ChatCompletionNewParams, yield func(worker.Event) bool) (calls []*toolCall, streamed bool, err error) {
@@ -291,6 +307,7 @@ func (a *Agent) stream(ctx context.Context, params openai.ChatCompletionNewParam
 	s := a.client.Chat.Completions.NewStreaming(ctx, params)
 	defer s.Close()
 	byIndex := map[int64]*toolCall{}
+	argBytes := 0
 	var text strings.Builder
 	emit := func(ev worker.Event) bool {
 		streamed = true
@@ -313,6 +330,9 @@ func (a *Agent) stream(ctx context.Context, params openai.ChatCompletionNewParam
 				}
 			}
 			for _, tc := range d.ToolCalls {
+				if argBytes += len(tc.Function.Arguments) + len(tc.Function.Name); argBytes > maxToolArgs {
+					return nil, streamed, errArgsTooLarge
+				}
 				c := byIndex[tc.Index]
 				if c == nil {
 					c = &toolCall{index: tc.Index}

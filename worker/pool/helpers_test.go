@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"path/filepath"
 	"testing"
 	"time"
@@ -49,6 +50,7 @@ type rigOptions struct {
 	// doorbells: only recovery and sweeps find its work.
 	poolNamespace natsbus.Namespace
 	observer      pool.Observer
+	logger        *slog.Logger
 }
 
 func startRigWith(t *testing.T, dir string, register func(*pool.Registry), o rigOptions) *rig {
@@ -83,7 +85,7 @@ func startRigWith(t *testing.T, dir string, register func(*pool.Registry), o rig
 		plog = o.wrap(db)
 	}
 	if r.pool, err = pool.NewPool(pool.Config{Log: plog, NATS: nc, Agents: r.agents, Deltas: r.bus, ShutdownTimeout: time.Second,
-		LeaseTTL: o.leaseTTL, SweepInterval: o.sweep, ScanPage: o.scanPage, Namespace: o.poolNamespace, Observer: o.observer}); err != nil {
+		LeaseTTL: o.leaseTTL, SweepInterval: o.sweep, ScanPage: o.scanPage, Namespace: o.poolNamespace, Observer: o.observer, Logger: o.logger}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -179,6 +179,11 @@ func (p *Pool) pendingTurn(key clog.Key, held *heldLease) (*turn, error) {
 	// The delivery position is recorded before the call: once running, a
 	// submission is never delivered again, whatever happens to us.
 	started, err := t.write(p.turnsCtx, clog.Write{Key: key, Start: ids, TurnID: t.id})
+	if errors.Is(err, clog.ErrSubmissionNotFound) {
+		// Purged since they were read: nothing left to run.
+		p.logger.Debug("worker: the conversation was purged before its turn started", "session", key.String(), "turn", t.id)
+		return nil, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("start turn: %w", err)
 	}
@@ -214,8 +219,13 @@ type turn struct {
 	prompt    worker.Prompt
 	promptErr error // the prompt of subs[0] could not be read
 
-	inc       clog.Incarnation  // the stream's, when the turn started
-	parts     []clog.Part       // the assistant message being streamed
+	inc   clog.Incarnation // the stream's, when the turn started
+	parts []clog.Part      // the assistant message being streamed
+	// text is the last text or reasoning part while it grows (textType,
+	// not yet in parts): a Builder grows in amortized linear time, where
+	// appending to the part's string copied it whole on every delta.
+	text      strings.Builder
+	textType  string
 	partBytes int               // the text and inputs in parts
 	toolNames map[string]string // tool call id -> name, for its result
 	principal *worker.Principal // who delivered the turn's own submission
@@ -325,6 +335,7 @@ func (t *turn) consume(ctx context.Context, agent worker.Agent, prompt worker.Pr
 			if len(args) == 0 || !json.Valid(args) {
 				args = json.RawMessage("null")
 			}
+			t.endText()
 			t.parts = append(t.parts, clog.Part{Type: clog.PartToolCall, ToolCallID: ev.ID, ToolName: ev.Name, Input: args})
 			t.partBytes += len(args)
 			if t.toolNames == nil {
@@ -381,11 +392,20 @@ func (t *turn) consume(ctx context.Context, agent worker.Agent, prompt worker.Pr
 }
 
 func (t *turn) appendText(typ, delta string) {
-	if n := len(t.parts); n > 0 && t.parts[n-1].Type == typ {
-		t.parts[n-1].Text += delta
+	if t.text.Len() > 0 && t.textType != typ {
+		t.endText()
+	}
+	t.textType = typ
+	t.text.WriteString(delta)
+}
+
+// endText moves the growing text part into parts.
+func (t *turn) endText() {
+	if t.text.Len() == 0 {
 		return
 	}
-	t.parts = append(t.parts, clog.Part{Type: typ, Text: delta})
+	t.parts = append(t.parts, clog.Part{Type: t.textType, Text: t.text.String()})
+	t.text = strings.Builder{}
 }
 
 func (t *turn) publish(f natsbus.DeltaFrame) {
@@ -398,6 +418,7 @@ func (t *turn) publish(f natsbus.DeltaFrame) {
 
 // assistantRecord takes the message streamed so far, if any.
 func (t *turn) assistantRecord(data json.RawMessage) []clog.Record {
+	t.endText()
 	if len(data) > 0 && json.Valid(data) {
 		t.parts = append(t.parts, clog.Part{Type: clog.PartData, Name: "result", Data: data})
 	}
@@ -451,6 +472,12 @@ func (t *turn) settle(ctx context.Context, res outcome) error {
 		return nil
 	case errors.Is(err, clog.ErrIncarnationChanged):
 		return nil // reset at the last moment: the reset settled them
+	case errors.Is(err, clog.ErrSubmissionNotFound):
+		// The conversation was deleted with purge under the turn: its
+		// submissions, and what the turn would have answered, are gone.
+		// An expected race, not a failure of ours.
+		t.p.logger.Debug("worker: the conversation was purged under a running turn; nothing to settle", "session", t.key.String(), "turn", t.id)
+		return nil
 	case errors.Is(err, clog.ErrSubmissionSettled), errors.Is(err, clog.ErrSubmissionState):
 		return fmt.Errorf("settle turn %s: %w", t.id, err)
 	}

@@ -150,7 +150,7 @@ func (t *turn) addText(ctx context.Context, typ, delta string) error {
 			t.partBytes += n
 			delta = delta[n:]
 		}
-		if t.partBytes >= maxMessagePiece || (n == 0 && len(t.parts) > 0) {
+		if t.partBytes >= maxMessagePiece || (n == 0 && (len(t.parts) > 0 || t.text.Len() > 0)) {
 			if err := t.flushMessage(ctx); err != nil {
 				return err
 			}
