@@ -7,7 +7,7 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 PKGS     := ./...
 FUZZTIME ?= 5s
 
-.PHONY: all build run test test-short check test-race fuzz bench bench-log bench-repl torture torture-long torture-cluster vet fmt clean
+.PHONY: all build run test test-short check test-race stress fuzz bench bench-log bench-repl torture torture-long torture-cluster vet fmt clean
 
 all: build
 
@@ -41,6 +41,17 @@ check:
 
 test-race:
 	$(GO) test -count=1 -race -timeout 30m $(PKGS)
+
+# The concurrency tests (deliveries, lifecycle, remote workers, streams)
+# STRESS_COUNT times each while a busy loop occupies every core: a test
+# that fails once in 150 runs fails here. `make stress STRESS_COUNT=50`.
+STRESS_COUNT ?= 20
+STRESS_RUN   ?= Lifecycle|Deliver|Busy|Remote|Stream|Abort|Settle|Fast|Claim|Status|NeverAhead
+stress:
+	@set -e; pids=""; for _ in $$(seq $$(nproc)); do sh -c 'while :; do :; done' & pids="$$pids $$!"; done; \
+	trap 'kill $$pids 2>/dev/null' EXIT INT TERM; \
+	echo "== $$(nproc) busy loops; each test $(STRESS_COUNT) times"; \
+	$(GO) test -count=$(STRESS_COUNT) -timeout 60m -run '$(STRESS_RUN)' ./log/ ./transport/ ./worker/pool/ ./worker/remote/ ./internal/service/
 
 # Each fuzz target for FUZZTIME (go test -fuzz takes one target at a time).
 fuzz:
