@@ -45,7 +45,7 @@ test-race:
 # The concurrency tests (deliveries, lifecycle, remote workers, streams)
 # STRESS_COUNT times each while a busy loop occupies every core: a test
 # that fails once in 150 runs fails here. `make stress STRESS_COUNT=50`.
-STRESS_COUNT ?= 20
+STRESS_COUNT ?= 10
 STRESS_RUN   ?= Lifecycle|Deliver|Busy|Remote|Stream|Abort|Settle|Fast|Claim|Status|NeverAhead
 stress:
 	@set -e; pids=""; for _ in $$(seq $$(nproc)); do sh -c 'while :; do :; done' & pids="$$pids $$!"; done; \
