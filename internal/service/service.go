@@ -208,9 +208,9 @@ func Start(cfg Config) (_ *Service, err error) {
 		}
 		abort = s.owner.Abort
 		claim = func(clog.Key) transport.Claim { return (*pool.Claim)(nil) }
-		// Turns run in other processes, which a lifecycle change does not
-		// wait for (docs/operations.md, remote workers).
-		quiesce = nil
+		// Turns run in other processes: a lifecycle change aborts them and
+		// waits for their settlements through the owner.
+		quiesce = s.owner.Quiesce
 	} else if s.pool, err = pool.NewPool(pool.Config{
 		Log: s.db, NATS: s.nc, Agents: agents, Deltas: s.bus, Logger: s.logger,
 		Namespace:       natsbus.Namespace(cfg.NATSNamespace),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -438,5 +439,40 @@ func TestOwnerRefusesNonHolders(t *testing.T) {
 	res, err := c.Read(ctx, key, clog.Start, 10)
 	if err != nil || len(res.Batches) == 0 {
 		t.Fatalf("the holder's read: %+v %v", res, err)
+	}
+}
+
+// A lifecycle change through the owner waits for the turns that workers
+// run: with abortFirst, the running turn is aborted by its worker and
+// settled before the change commits, so the change finds nothing running
+// (before, `serve --workers=0` ran lifecycle changes beside running remote
+// turns). After the change, the session's turns run again.
+func TestQuiesceWaitsForRemoteTurns(t *testing.T) {
+	o := startOwner(t)
+	startWorker(t, o)
+	ctx := context.Background()
+	key := clog.Key{Agent: "slow", Instance: "i", Session: "quiesce"}
+	running := o.admit(t, key, "one two three four five six seven eight nine ten")
+	waitFor(t, "the turn to start", func() bool {
+		s, err := o.db.Submission(ctx, running.ID)
+		return err == nil && s.Status == clog.StatusRunning
+	})
+	err := o.srv.Quiesce(ctx, []clog.Key{key}, true, func(ctx context.Context) error {
+		s, err := o.db.Submission(ctx, running.ID)
+		if err != nil {
+			return err
+		}
+		if s.Status != clog.StatusAborted {
+			return fmt.Errorf("the change runs with the remote turn %s", s.Status)
+		}
+		_, err = o.db.Reset(ctx, key)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := o.admit(t, key, "after")
+	if s := o.settled(t, after.ID); s.Status != clog.StatusCompleted {
+		t.Fatalf("a turn after the change: %+v", s)
 	}
 }

@@ -45,6 +45,7 @@ type Server struct {
 
 	handlers sync.WaitGroup
 	sem      chan struct{}
+	quiesce  quiesced // sessions whose turns may not start now
 }
 
 // NewServer makes a server; Run starts it.
@@ -235,6 +236,12 @@ func (s *Server) write(ctx context.Context, rq *request) (clog.Appended, error) 
 	if err := s.holds(ctx, w.Key, rq.Fence.Lease); err != nil {
 		return clog.Appended{}, fmt.Errorf("%w: %s turn %s step %d: %w", ErrFenced, w.Key, w.TurnID, rq.Fence.Step, err)
 	}
+	if len(w.Start) > 0 {
+		// A turn does not start in the middle of a lifecycle change.
+		if err := s.quiesce.wait(ctx, w.Key); err != nil {
+			return clog.Appended{}, err
+		}
+	}
 	app, err := s.cfg.Log.Write(ctx, w)
 	if err != nil && s.replayed(ctx, w, err) {
 		s.logger.Info("remote: a retried write was committed already", "session", w.Key.String(), "turn", w.TurnID, "step", rq.Fence.Step)
@@ -340,4 +347,94 @@ func (s *Server) Abort(ctx context.Context, id string) (clog.Submission, error) 
 		}
 	}
 	return db.Submission(context.WithoutCancel(ctx), id)
+}
+
+// Quiesce runs fn, a lifecycle change of keys, with no turn of theirs
+// running on a worker, as pool.Pool.Quiesce does for turns in-process:
+// while it runs, a worker's write that would start a turn of keys waits;
+// running turns are aborted and waited for (each worker answers its abort
+// once the turn has settled, or the abort gives up after its bound) before
+// fn when abortFirst, else told to stop after fn.
+func (s *Server) Quiesce(ctx context.Context, keys []clog.Key, abortFirst bool, fn func(context.Context) error) error {
+	release := s.quiesce.hold(keys)
+	defer release()
+	var running []string
+	for _, k := range keys {
+		subs, err := s.cfg.Log.PendingFirst(ctx, k, 512)
+		if err != nil {
+			return err
+		}
+		for _, sub := range subs {
+			if sub.Status == clog.StatusRunning {
+				running = append(running, sub.ID)
+			}
+		}
+	}
+	if abortFirst {
+		for _, id := range running {
+			if _, err := s.Abort(ctx, id); err != nil && !errors.Is(err, clog.ErrSubmissionSettled) {
+				s.logger.Warn("remote: aborting a running turn before a lifecycle change", "submission", id, "err", err)
+			}
+		}
+	}
+	err := fn(ctx)
+	if !abortFirst {
+		// The change settled them already; their workers are told to
+		// stop, without waiting for an answer.
+		for _, id := range running {
+			if perr := s.cfg.NATS.Publish(s.cfg.Namespace.AbortSubject(), []byte(id)); perr != nil {
+				s.logger.Warn("remote: stopping a turn after a lifecycle change", "submission", id, "err", perr)
+			}
+		}
+	}
+	return err
+}
+
+// quiesced is the set of sessions whose lifecycle change is under way.
+type quiesced struct {
+	mu   sync.Mutex
+	keys map[clog.Key]int
+	free chan struct{} // closed (and replaced) whenever a hold ends
+}
+
+func (q *quiesced) hold(keys []clog.Key) (release func()) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.keys == nil {
+		q.keys, q.free = map[clog.Key]int{}, make(chan struct{})
+	}
+	for _, k := range keys {
+		q.keys[k]++
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			q.mu.Lock()
+			defer q.mu.Unlock()
+			for _, k := range keys {
+				if q.keys[k]--; q.keys[k] == 0 {
+					delete(q.keys, k)
+				}
+			}
+			close(q.free)
+			q.free = make(chan struct{})
+		})
+	}
+}
+
+// wait returns once key is not held, or with ctx's error.
+func (q *quiesced) wait(ctx context.Context, key clog.Key) error {
+	for {
+		q.mu.Lock()
+		held, free := q.keys[key] > 0, q.free
+		q.mu.Unlock()
+		if !held {
+			return nil
+		}
+		select {
+		case <-free:
+		case <-ctx.Done():
+			return fmt.Errorf("%w: waiting for a lifecycle change of %s: %v", errUnavailable, key, ctx.Err())
+		}
+	}
 }
