@@ -38,6 +38,10 @@ type Admission struct {
 	// another than the instance's current one is a *StaleGenerationError.
 	// The first delivery to an instance may name the uid it will have.
 	UID string
+	// MaxTurns, when positive, refuses the admission with ErrTurnLimit if
+	// the session has had that many turns already (turns.go), checked in
+	// the admitting transaction after the idempotency key.
+	MaxTurns int
 }
 
 // MaxIdempotencyKeyLength bounds an idempotency key.
@@ -128,6 +132,13 @@ func prepareAdmit(tx *bolt.Tx, a Admission, records []Record, pre []*preEncoded,
 	if err != nil {
 		return nil, nil, err
 	}
+	turns, counted, err := turnCount(tx, meta, exists, a.MaxTurns > 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := checkTurnLimit(turns, a.MaxTurns); err != nil {
+		return nil, nil, err
+	}
 	idle := true
 	if !exists {
 		meta = newStream(now)
@@ -154,6 +165,11 @@ func prepareAdmit(tx *bolt.Tx, a Admission, records []Record, pre []*preEncoded,
 	mutate := func() error {
 		if err := plan.store(tx, notes); err != nil {
 			return err
+		}
+		if counted {
+			if err := putTurnCount(tx, plan.meta.id, turns+turnsIn(plan.records)); err != nil {
+				return err
+			}
 		}
 		if err := touchInstance(tx, a.Key.Agent, a.Key.Instance, inst, instExisted, now); err != nil {
 			return err

@@ -33,7 +33,7 @@ var (
 
 	allBuckets = [][]byte{bucketStreams, bucketBatches, bucketEntries, bucketSubmissions,
 		bucketQueue, bucketOutbox, bucketIdem, bucketIdemExpiry, bucketMeta,
-		bucketInstances, bucketActivity, bucketArchive, bucketEnded}
+		bucketInstances, bucketActivity, bucketArchive, bucketEnded, bucketTurns}
 )
 
 // Options tune Open. The zero value is sensible.

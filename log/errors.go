@@ -38,6 +38,9 @@ var (
 	// ErrSessionBusy: an admission with RejectIfBusy to a session that has
 	// unsettled submissions.
 	ErrSessionBusy = errors.New("session busy")
+	// ErrTurnLimit: an admission (or a regenerate) with MaxTurns to a
+	// session that has had that many.
+	ErrTurnLimit = errors.New("turn limit reached")
 	// ErrIncarnationChanged: a write that expected an incarnation the
 	// stream no longer has (it was reset).
 	ErrIncarnationChanged = errors.New("stream incarnation changed")

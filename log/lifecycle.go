@@ -73,6 +73,9 @@ type Change struct {
 	// return the first result, as for Admit.
 	IdempotencyKey string
 	RequestHash    string
+	// MaxTurns limits a regenerate as Admission.MaxTurns limits a
+	// delivery: the message admitted again is a turn.
+	MaxTurns int
 }
 
 // ChangeResult is what a change did. It is also what an idempotent repeat
@@ -440,8 +443,16 @@ func prepareRewind(tx *bolt.Tx, c Change, idx *pathIndex, now time.Time, notes *
 		}
 	}
 	reason := ReasonRewind
+	var turns uint64
+	var counted bool
 	if c.Kind == ChangeRegenerate {
 		reason = ReasonRegenerate
+		if turns, counted, err = turnCount(tx, meta, true, c.MaxTurns > 0); err != nil {
+			return nil, err
+		}
+		if err := checkTurnLimit(turns, c.MaxTurns); err != nil {
+			return nil, err
+		}
 	}
 	return func() error {
 		settled, ids, err := abortUnsettled(tx, meta.id, now, failureOf(c.Kind))
@@ -466,6 +477,11 @@ func prepareRewind(tx *bolt.Tx, c Change, idx *pathIndex, now time.Time, notes *
 			NextOffset: offsetOf(plan.meta.next), LeafID: target.ParentID, Aborted: ids, UID: inst.UID}
 		if subID == "" {
 			return nil
+		}
+		if counted {
+			if err := putTurnCount(tx, plan.meta.id, turns+1); err != nil {
+				return err
+			}
 		}
 		s := &storedSubmission{Submission: Submission{ID: subID, Key: c.Key, Offset: offsetOf(plan.pos),
 			Status: StatusAdmitted, AdmittedAt: now, UID: inst.UID, EntryID: plan.records[len(plan.records)-1].Entry.ID}}
@@ -594,6 +610,9 @@ func prepareReset(tx *bolt.Tx, c Change, now time.Time, notes *commitNotes, res 
 		if err := deleteRecords(tx, old); err != nil {
 			return err
 		}
+		if err := forgetTurnCount(tx, old); err != nil {
+			return err
+		}
 		settled, ids, err := abortUnsettled(tx, old, now, failureOf(ChangeReset))
 		if err != nil {
 			return err
@@ -651,6 +670,9 @@ func prepareDelete(tx *bolt.Tx, c Change, now time.Time, notes *commitNotes, res
 		for _, st := range streams {
 			settled, ids, err := abortUnsettled(tx, st.meta.id, now, failureOf(ChangeDelete))
 			if err != nil {
+				return err
+			}
+			if err := forgetTurnCount(tx, st.meta.id); err != nil {
 				return err
 			}
 			res.Aborted = append(res.Aborted, ids...)

@@ -37,6 +37,9 @@ func (db *DB) Reset(ctx context.Context, key Key) (Incarnation, error) {
 				if err := deleteRecords(tx, old); err != nil {
 					return err
 				}
+				if err := forgetTurnCount(tx, old); err != nil {
+					return err
+				}
 				if settled, err = abortQueued(tx, old, now); err != nil {
 					return err
 				}

@@ -195,6 +195,13 @@ func prepareWrite(tx *bolt.Tx, w Write, pre []*preEncoded, settles []*settlement
 			}
 			meta = plan.meta
 			res.Offset, res.Records = offsetOf(plan.pos), plan.records
+			if turnsIn(plan.records) > 0 {
+				// User messages outside an admission: recounted when
+				// next needed.
+				if err := forgetTurnCount(tx, meta.id); err != nil {
+					return err
+				}
+			}
 		}
 		res.Incarnation, res.NextOffset = incarnationOf(meta.inc), offsetOf(meta.next)
 		for _, s := range subs {

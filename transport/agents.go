@@ -2,9 +2,7 @@ package transport
 
 import (
 	"context"
-	"hash/maphash"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/convlog/convlog/internal/auth"
@@ -34,58 +32,6 @@ func (s *Server) agents(c echo.Context) error {
 		}
 	}
 	return writeJSON(c, http.StatusOK, list)
-}
-
-// turnLimits serialise the count-then-admit of deliveries to agents with
-// a maxTurns, per session stripe, so that two racing deliveries cannot
-// both take the last turn. (Within one process: nodes sharing a log each
-// hold their own stripes.)
-type turnLimits struct {
-	once    sync.Once
-	seed    maphash.Seed
-	stripes [64]sync.Mutex
-}
-
-func (l *turnLimits) lock(key log.Key) func() {
-	l.once.Do(func() { l.seed = maphash.MakeSeed() })
-	m := &l.stripes[maphash.String(l.seed, key.String())%uint64(len(l.stripes))]
-	m.Lock()
-	return m.Unlock
-}
-
-// checkTurnLimit refuses a delivery to a session that has had max
-// deliveries already (0 is no limit). The caller holds the session's
-// stripe until its admission is done.
-func (s *Server) checkTurnLimit(ctx context.Context, key log.Key, max int) error {
-	if max <= 0 {
-		return nil
-	}
-	n := 0
-	off := log.Start
-	for {
-		res, err := s.db.Read(ctx, key, off, 1000)
-		if err != nil {
-			return err
-		}
-		for _, b := range res.Batches {
-			recs, err := b.Records.Decode()
-			if err != nil {
-				return err
-			}
-			for _, r := range recs {
-				if r.Kind == log.KindEntry && r.Entry != nil && r.Entry.Type == log.EntryUserMessage && r.Entry.SubmissionID != "" {
-					n++
-				}
-			}
-		}
-		if n >= max {
-			return apiErr(http.StatusConflict, CodeTurnLimitReached, "the session has had its %d turns (the agent's maxTurns)", max)
-		}
-		if res.UpToDate || res.NextOffset == off {
-			return nil
-		}
-		off = res.NextOffset
-	}
 }
 
 // interruptTimeout bounds how long a delivery waits for the turns it

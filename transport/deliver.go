@@ -388,19 +388,20 @@ func clip(s string) string {
 	return ""
 }
 
+// maxTurns is agent's limit of turns per session (0: none).
+func (s *Server) maxTurns(agent string) int {
+	if s.opts.MaxTurns == nil {
+		return 0
+	}
+	return s.opts.MaxTurns(agent)
+}
+
 // admit admits a under its agent's limits: maxTurns before, the interrupt
 // policy after.
 func (s *Server) admit(ctx context.Context, a log.Admission) (sub log.Submission, replayed bool, err error) {
 	// The agent's limits apply to every way in: deliveries, adapters,
-	// regenerations.
-	if s.opts.MaxTurns != nil {
-		if max := s.opts.MaxTurns(a.Key.Agent); max > 0 {
-			defer s.turnLimits.lock(a.Key)()
-			if err := s.checkTurnLimit(ctx, a.Key, max); err != nil {
-				return log.Submission{}, false, err
-			}
-		}
-	}
+	// regenerations. The log checks them in the admitting transaction.
+	a.MaxTurns = s.maxTurns(a.Key.Agent)
 	sub, replayed, err = s.admitClaimed(ctx, a)
 	if err == nil && !replayed {
 		if policy, _ := s.opts.Agents.Agent(a.Key.Agent); policy == PolicyInterrupt {

@@ -102,6 +102,9 @@ func toAPIError(err error) (e *APIError, internal bool) {
 	case errors.Is(err, log.ErrSessionBusy):
 		return &APIError{Status: http.StatusConflict, Code: CodeSessionBusy, Cause: err,
 			Message: "the session has unsettled submissions and this agent rejects deliveries while busy"}, false
+	case errors.Is(err, log.ErrTurnLimit):
+		return &APIError{Status: http.StatusConflict, Code: CodeTurnLimitReached, Cause: err,
+			Message: "the session has had its turns (the agent's maxTurns): " + err.Error()}, false
 	case errors.Is(err, log.ErrSubmissionSettled):
 		return &APIError{Status: http.StatusConflict, Code: CodeAlreadySettled, Message: "the submission is already settled", Cause: err}, false
 	case errors.Is(err, log.ErrIdempotencyKeyReused):

@@ -268,6 +268,7 @@ func (l *lifecycle) regenerate(c echo.Context) error {
 		return err
 	}
 	ch := m.change(log.ChangeRegenerate, key)
+	ch.MaxTurns = l.s.maxTurns(key.Agent)
 	if p, ok := PrincipalOf(c); ok {
 		// The message is delivered again, by this caller.
 		who, err := json.Marshal(p)

@@ -239,7 +239,6 @@ type Server struct {
 	mu      sync.Mutex
 	httpSrv *http.Server // set by Serve
 
-	turnLimits turnLimits
 }
 
 // New builds the server and its routes.
