@@ -418,6 +418,20 @@ func (a *a2aCall) admitMessage() (log.Key, log.Submission, DeltaCursor, bool, bo
 // sendMessage is SendMessage: the task when it ended, or at once with
 // configuration.returnImmediately.
 func (a *a2aCall) sendMessage(bool) (any, *rpcError) {
+	// A blocking send holds its connection for the whole turn, as a
+	// stream does: it counts against the stream caps, before the
+	// admission, so that a refused call admits nothing.
+	var peek sendParams
+	if e := a.decode(&peek); e != nil {
+		return nil, e
+	}
+	if !peek.Configuration.ReturnImmediately {
+		release, err := a.s.beginStream(a.c)
+		if err != nil {
+			return nil, a.deny(err)
+		}
+		defer release()
+	}
 	_, sub, cur, _, immediate, e := a.admitMessage()
 	if e != nil {
 		return nil, e
@@ -712,7 +726,7 @@ func (k *textSink) flush() error { return nil }
 // sendStreaming is SendStreamingMessage: the task, then its updates as SSE.
 func (a *a2aCall) sendStreaming() *rpcError {
 	// The stream cap first: a refused stream must not admit the message.
-	release, err := a.s.openStream(a.c)
+	release, err := a.s.beginStream(a.c)
 	if err != nil {
 		return a.deny(err)
 	}
@@ -739,7 +753,7 @@ func (a *a2aCall) subscribe() *rpcError {
 	if e != nil {
 		return e
 	}
-	release, err := a.s.openStream(a.c)
+	release, err := a.s.beginStream(a.c)
 	if err != nil {
 		return a.deny(err)
 	}
@@ -757,8 +771,6 @@ func (a *a2aCall) subscribe() *rpcError {
 func (a *a2aCall) stream(key log.Key, sub log.Submission, cur DeltaCursor, fresh bool) *rpcError {
 	a.streamed = true
 	s := a.s
-	s.streams.Add(1)
-	defer s.streams.Add(-1)
 	w := s.openSSE(a.c, map[string]string{a2aVersionHeader: a2aVersion})
 	defer w.release()
 	sink := &a2aSink{w: w, id: a.id, sub: sub}

@@ -113,6 +113,13 @@ func (s *Server) agUIRun(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	// The stream caps before the admission: a refused stream must not
+	// admit the message.
+	endStream, err := s.beginStream(c)
+	if err != nil {
+		return err
+	}
+	defer endStream()
 	ctx := c.Request().Context()
 	key := log.Key{Agent: agent, Instance: in.ThreadID, Session: log.DefaultSession}
 	cur := s.followDeltas(ctx, key)
@@ -133,8 +140,6 @@ func (s *Server) agUIRun(c echo.Context) error {
 		}
 		fresh = sub.Status == log.StatusAdmitted
 	}
-	s.streams.Add(1)
-	defer s.streams.Add(-1)
 	w := s.openSSE(c, nil)
 	defer w.release()
 	sink := &aguiSink{w: w, threadID: in.ThreadID, runID: in.RunID}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -219,7 +220,7 @@ func TestStreamCap(t *testing.T) {
 	}
 	defer resp.Body.Close()
 	st, _, body := e.do(t, http.MethodGet, "/agents/echo/i/stream?offset=0", nil, map[string]string{"Authorization": "Bearer alice"})
-	if st != http.StatusTooManyRequests || !strings.Contains(string(body), transport.CodeRateLimited) {
+	if st != http.StatusServiceUnavailable || !strings.Contains(string(body), transport.CodeTooManyStreams) {
 		t.Fatalf("second stream over the cap: %d %s", st, body)
 	}
 	cancel()
@@ -362,4 +363,32 @@ func TestStreamEndsWhenItsTokenExpires(t *testing.T) {
 	if ctx.Err() != nil || !strings.Contains(all.String(), `"code":"unauthorized"`) {
 		t.Fatalf("the stream did not end with an unauthorized frame (ctx %v):\n%s", ctx.Err(), all.String())
 	}
+}
+
+// A stream token opens the messages view as SSE only: read as JSON, the
+// view is an ordinary read, which needs a bearer token.
+func TestStreamTokenMessagesJSON(t *testing.T) {
+	a := staticTokens(t, map[string][]string{"alice": {"read:echo/*"}})
+	e := newEnv(t, withAuth(a, auth.Limits{}))
+	st, _, b := e.postJSON(t, "/agents/echo/i/stream-token", "", map[string]string{"Authorization": "Bearer alice"})
+	if st != http.StatusOK {
+		t.Fatalf("stream token: %d %s", st, b)
+	}
+	var tok struct{ Token string }
+	if err := json.Unmarshal(b, &tok); err != nil || tok.Token == "" {
+		t.Fatalf("stream token: %v %s", err, b)
+	}
+	path := "/agents/echo/i/messages?access_token=" + url.QueryEscape(tok.Token)
+	for _, accept := range []string{"", "application/json", "*/*"} {
+		st, _, b := e.do(t, http.MethodGet, path, nil, map[string]string{"Accept": accept})
+		if st != http.StatusUnauthorized {
+			t.Errorf("Accept %q: a stream token read the JSON view: %d %s", accept, st, b)
+		}
+	}
+	lb := openLive(t, e, http.MethodGet, path, "", map[string]string{"Accept": "text/event-stream"})
+	if lb.resp.StatusCode != http.StatusOK {
+		t.Fatalf("SSE with a stream token: %d", lb.resp.StatusCode)
+	}
+	lb.waitFor(t, "connected")
+	lb.resp.Body.Close()
 }

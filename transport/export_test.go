@@ -28,3 +28,6 @@ func ConversationRoutes() []ConversationRoute {
 	sort.Slice(out, func(i, j int) bool { return out[i].Method+out[i].Pattern < out[j].Method+out[j].Pattern })
 	return out
 }
+
+// PrincipalStreams is the principal's stream cap in force.
+func (s *Server) PrincipalStreams() int { return s.opts.Limits.Streams }

@@ -183,8 +183,11 @@ func (s *Server) messagesStream(c echo.Context, key log.Key) error {
 		}
 		resume, resumeInc, haveInc = o, log.Incarnation(inc), ok
 	}
-	s.streams.Add(1)
-	defer s.streams.Add(-1)
+	endStream, err := s.beginStream(c)
+	if err != nil {
+		return err
+	}
+	defer endStream()
 	var deltas DeltaCursor
 	if s.opts.Deltas != nil {
 		if cur, err := s.opts.Deltas.FollowDeltas(key); err == nil {

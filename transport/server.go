@@ -104,6 +104,8 @@ type Options struct {
 	// serves everyone, which the binary allows only on loopback.
 	Auth Authenticator
 	// Limits bound each principal's deliveries and streams (with Auth).
+	// Streams 0 is DefaultPrincipalStreams, not "no cap": one principal
+	// must not be able to take every stream slot of the server.
 	Limits auth.Limits
 	// StreamTokenKey signs stream tokens (at least 32 bytes); nil draws a
 	// random key, so a token opens streams on this process only.
@@ -196,10 +198,13 @@ const (
 	DefaultBodyReadTimeout = 60 * time.Second
 	DefaultPageBudget      = 256 << 20
 	DefaultMaxStreams      = 10_000
-	DefaultStreamPageBytes = 256 << 10
-	DefaultHeartbeat       = 15 * time.Second
-	DefaultWriteTimeout    = 30 * time.Second
-	DefaultMaxLag          = 100_000
+	// DefaultPrincipalStreams is a principal's cap of long-lived
+	// responses when access control is on and Limits.Streams is 0.
+	DefaultPrincipalStreams = 100
+	DefaultStreamPageBytes  = 256 << 10
+	DefaultHeartbeat        = 15 * time.Second
+	DefaultWriteTimeout     = 30 * time.Second
+	DefaultMaxLag           = 100_000
 	// DefaultCoalesceFrom is how many readers of one conversation make
 	// WakeDelay gather its wake-ups.
 	DefaultCoalesceFrom = 500
@@ -284,6 +289,10 @@ func New(opts Options) (*Server, error) {
 	s := &Server{opts: opts, db: opts.Log, log: opts.Logger, closing: make(chan struct{})}
 	s.closingCtx, s.cancelClosing = context.WithCancel(context.Background())
 	if opts.Auth != nil {
+		if opts.Limits.Streams <= 0 {
+			opts.Limits.Streams = DefaultPrincipalStreams
+			s.opts.Limits.Streams = DefaultPrincipalStreams
+		}
 		s.limits = auth.NewLimiter(opts.Limits)
 		var err error
 		if s.streamTokens, err = auth.NewStreamTokens(opts.StreamTokenKey); err != nil {
