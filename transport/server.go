@@ -245,6 +245,7 @@ type Server struct {
 	httpSrv *http.Server // set by Serve
 
 	turnLimits turnLimits
+	cursors    *cursorSeal // the instances listing's
 }
 
 // New builds the server and its routes.
@@ -288,18 +289,21 @@ func New(opts Options) (*Server, error) {
 	}
 	s := &Server{opts: opts, db: opts.Log, log: opts.Logger, closing: make(chan struct{})}
 	s.closingCtx, s.cancelClosing = context.WithCancel(context.Background())
+	var err error
 	if opts.Auth != nil {
 		if opts.Limits.Streams <= 0 {
 			opts.Limits.Streams = DefaultPrincipalStreams
 			s.opts.Limits.Streams = DefaultPrincipalStreams
 		}
 		s.limits = auth.NewLimiter(opts.Limits)
-		var err error
 		if s.streamTokens, err = auth.NewStreamTokens(opts.StreamTokenKey); err != nil {
 			return nil, fmt.Errorf("transport: %w", err)
 		}
 	}
 	s.bodies.limit, s.pages.limit = opts.BodyBudget, opts.PageBudget
+	if s.cursors, err = newCursorSeal(opts.StreamTokenKey); err != nil {
+		return nil, fmt.Errorf("transport: %w", err)
+	}
 
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
