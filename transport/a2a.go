@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -216,6 +217,13 @@ func (s *Server) a2aRPC(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	// A batch is valid JSON, not a parse error; it is refused as an
+	// invalid request (one answer, id null): a batch would multiply what
+	// one request may hold, streams and turns.
+	if t := bytes.TrimLeft(body, " \t\r\n"); len(t) > 0 && t[0] == '[' && json.Valid(t) {
+		release()
+		return s.rpcReply(c, nil, nil, rpcErr(rpcInvalidRequest, "JSON-RPC batches are not supported: send one request per call"))
+	}
 	var req rpcRequest
 	err = json.Unmarshal(body, &req)
 	// The answer may stream for a whole turn: the body's share of the
@@ -226,6 +234,12 @@ func (s *Server) a2aRPC(c echo.Context) error {
 	}
 	if req.JSONRPC != "2.0" || req.Method == "" {
 		return s.rpcReply(c, req.ID, nil, rpcErr(rpcInvalidRequest, `a JSON-RPC 2.0 request needs "jsonrpc":"2.0" and a "method"`))
+	}
+	// A notification (no "id") gets no reply, as JSON-RPC requires, and
+	// is not run: every A2A method answers something, and a notification
+	// of one (a SendMessage, say) would act with nobody to tell.
+	if len(req.ID) == 0 {
+		return c.NoContent(http.StatusNoContent)
 	}
 	// Version negotiation: no header means the client takes what the
 	// card offers; a version other than 1.x is refused.
@@ -344,6 +358,11 @@ func (a *a2aCall) admitMessage() (log.Key, log.Submission, DeltaCursor, bool, bo
 	m := p.Message
 	if m == nil {
 		return log.Key{}, log.Submission{}, nil, false, false, rpcErr(rpcInvalidParams, `"message" is required`)
+	}
+	// Only a user's message is input: an agent's message sent as one would
+	// be stored as the user's words.
+	if m.Role != "ROLE_USER" && m.Role != "user" {
+		return log.Key{}, log.Submission{}, nil, false, false, rpcErr(rpcInvalidParams, `message.role must be "ROLE_USER", not %q`, clip(m.Role))
 	}
 	if m.TaskID != "" {
 		return log.Key{}, log.Submission{}, nil, false, false, rpcErr(a2aUnsupportedOperation,

@@ -724,3 +724,89 @@ func TestAISDKRegenerate(t *testing.T) {
 		t.Fatalf("no rewind in the log: %s", page)
 	}
 }
+
+// The adapters' input refusals and idempotency, each once wrong: an AG-UI
+// retry with a new run id was 422 idempotency_key_reused, a binary part
+// that is not base64 was stored, A2A took an agent's message as the
+// user's, a JSON-RPC batch was a parse error and a notification was
+// answered.
+func TestAdapterInputs(t *testing.T) {
+	e := newEnv(t)
+	agui := func(runID, content string) string {
+		return `{"threadId":"t1","runId":"` + runID + `","messages":[{"id":"m1","role":"user","content":` + content + `}]}`
+	}
+	t.Run("ag-ui retry with a new run id", func(t *testing.T) {
+		before := e.admitted.Load()
+		for i, run := range []string{"r1", "r2"} {
+			lb := openLive(t, e, http.MethodPost, "/ag-ui/echo", agui(run, `"hi"`), nil)
+			if lb.resp.StatusCode != http.StatusOK {
+				t.Fatalf("run %d: %d %s", i, lb.resp.StatusCode, lb.end(t))
+			}
+			lb.waitFor(t, `"runId":"`+run+`"`)
+			lb.resp.Body.Close()
+		}
+		if n := e.admitted.Load() - before; n != 1 {
+			t.Errorf("%d admissions for one message", n)
+		}
+	})
+	t.Run("ag-ui binary not base64", func(t *testing.T) {
+		body := strings.Replace(agui("r3", `[{"type":"binary","mimeType":"image/png","data":"not base64!"}]`), `"m1"`, `"m2"`, 1)
+		lb := openLive(t, e, http.MethodPost, "/ag-ui/echo", body, nil)
+		defer lb.resp.Body.Close()
+		if lb.resp.StatusCode != http.StatusBadRequest {
+			t.Fatalf("stored: %d", lb.resp.StatusCode)
+		}
+		if b := lb.end(t); !strings.Contains(b, transport.CodeBadRequest) {
+			t.Errorf("%s", b)
+		}
+	})
+	rpc := func(body string) (int, map[string]any) {
+		st, _, b := e.postJSON(t, "/a2a/echo", body, nil)
+		var resp map[string]any
+		if len(b) > 0 {
+			if err := json.Unmarshal(b, &resp); err != nil {
+				t.Fatalf("%s: %v", b, err)
+			}
+		}
+		return st, resp
+	}
+	send := func(id, role string) string {
+		m := a2aMessage("ctxR", "mR", "hi")
+		m["role"] = role
+		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": "SendMessage",
+			"params": map[string]any{"message": m, "configuration": map[string]any{"returnImmediately": true}}})
+		return string(b)
+	}
+	for _, c := range []struct {
+		name, body string
+		code       float64 // of the JSON-RPC error; 0 for none
+	}{
+		{"a2a agent message as input", send("1", "ROLE_AGENT"), -32602},
+		{"a2a batch", "[" + send("1", "ROLE_USER") + "]", -32600},
+		{"a2a empty batch", "[]", -32600},
+		{"a2a not JSON", "[", -32700},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			before := e.admitted.Load()
+			st, resp := rpc(c.body)
+			errObj, _ := resp["error"].(map[string]any)
+			if st != http.StatusOK || errObj["code"] != c.code {
+				t.Errorf("%d %v, want error %v", st, resp, c.code)
+			}
+			if e.admitted.Load() != before {
+				t.Error("admitted")
+			}
+		})
+	}
+	t.Run("a2a notification", func(t *testing.T) {
+		before := e.admitted.Load()
+		b := strings.Replace(send("1", "ROLE_USER"), `"id":"1",`, "", 1)
+		st, h, body := e.postJSON(t, "/a2a/echo", b, nil)
+		if st != http.StatusNoContent || len(body) != 0 {
+			t.Errorf("%d %v %s", st, h, body)
+		}
+		if e.admitted.Load() != before {
+			t.Error("a notification was run")
+		}
+	})
+}
