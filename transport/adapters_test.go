@@ -5,10 +5,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -809,4 +811,77 @@ func TestAdapterInputs(t *testing.T) {
 			t.Error("a notification was run")
 		}
 	})
+}
+
+// countingLog is the real log, counting the submission lookups the server
+// makes.
+type countingLog struct {
+	*log.DB
+	subs atomic.Int64
+}
+
+func (l *countingLog) Submission(ctx context.Context, id string) (log.Submission, error) {
+	l.subs.Add(1)
+	return l.DB.Submission(ctx, id)
+}
+
+// ListTasks builds only the page's tasks: a page of one out of many
+// costs a few lookups, not one task (a read of its turn) per task of the
+// context, which made a call of 4,000 tasks take 4 s.
+func TestA2AListTasksPaged(t *testing.T) {
+	var cl *countingLog
+	e := newEnv(t, func(o *transport.Options) {
+		cl = &countingLog{DB: o.Log.(*log.DB)}
+		o.Log = cl
+	})
+	const n = 150
+	for i := range n {
+		if st, _, b := e.postJSON(t, "/agents/echo/ctxL", fmt.Sprintf(`{"message":"m%d"}`, i), nil); st != http.StatusAccepted {
+			t.Fatalf("%d %s", st, b)
+		}
+	}
+	cl.subs.Store(0)
+	resp := a2aCall(t, e, "ListTasks", map[string]any{"contextId": "ctxL", "pageSize": 1})
+	res, _ := resp["result"].(map[string]any)
+	if tasks, _ := res["tasks"].([]any); len(tasks) != 1 || res["totalSize"] != float64(n) || res["nextPageToken"] != "1" {
+		t.Fatalf("%v", resp)
+	}
+	if got := cl.subs.Load(); got > 4 {
+		t.Errorf("a page of one task made %d submission lookups among %d tasks", got, n)
+	}
+}
+
+// A task's history is its messages: the user's, then the answer; A2A's
+// historyLength: absent is all, 0 none, n the last n.
+func TestA2ATaskHistory(t *testing.T) {
+	e := newEnv(t)
+	resp := a2aCall(t, e, "SendMessage", map[string]any{"message": a2aMessage("ctxH", "mH", "question"),
+		"configuration": map[string]any{"returnImmediately": true}})
+	task := resp["result"].(map[string]any)["task"].(map[string]any)
+	id := task["id"].(string)
+	hist := func(v any) []any { h, _ := v.(map[string]any)["history"].([]any); return h }
+	if h := hist(task); len(h) != 1 || h[0].(map[string]any)["role"] != "ROLE_USER" || h[0].(map[string]any)["messageId"] != "mH" {
+		t.Fatalf("SendMessage history: %v", task)
+	}
+	ft := awaitTurn(t, e, log.Key{Agent: "echo", Instance: "ctxH", Session: "default"}, "turn_h")
+	ft.write([]log.Record{ft.message(log.Part{Type: log.PartText, Text: "answer"})}, log.Settlement{SubmissionID: ft.sub, Outcome: log.OutcomeCompleted})
+	for _, c := range []struct {
+		length any
+		roles  string
+	}{{nil, "[ROLE_USER ROLE_AGENT]"}, {0, "[]"}, {1, "[ROLE_AGENT]"}, {5, "[ROLE_USER ROLE_AGENT]"}} {
+		p := map[string]any{"id": id}
+		if c.length != nil {
+			p["historyLength"] = c.length
+		}
+		var roles []any
+		for _, m := range hist(a2aCall(t, e, "GetTask", p)["result"]) {
+			roles = append(roles, m.(map[string]any)["role"])
+		}
+		if fmt.Sprint(roles) != c.roles {
+			t.Errorf("historyLength %v: roles %v, want %s", c.length, roles, c.roles)
+		}
+	}
+	if e := a2aCall(t, e, "GetTask", map[string]any{"id": id, "historyLength": -1})["error"]; e == nil {
+		t.Error("a negative historyLength was taken")
+	}
 }
