@@ -152,6 +152,10 @@ type Options struct {
 	// being written at once; over it a read gets 503 overloaded with
 	// Retry-After. A page alone always passes. Default 256 MiB.
 	PageBudget int64
+	// MaxViewBytes bounds the encoded messages view (GET …/messages, as
+	// JSON or as an SSE frame): a larger one is 422 view_too_large (an
+	// error frame on SSE). Default 16 MiB.
+	MaxViewBytes int
 	// StreamPageBytes bounds the records an SSE stream reads (and holds
 	// while a slow reader takes them) at a time; a single batch larger
 	// than it is still read whole. Default 256 KiB.
@@ -202,6 +206,7 @@ const (
 	// responses when access control is on and Limits.Streams is 0.
 	DefaultPrincipalStreams = 100
 	DefaultStreamPageBytes  = 256 << 10
+	DefaultMaxViewBytes     = 16 << 20
 	DefaultHeartbeat        = 15 * time.Second
 	DefaultWriteTimeout     = 30 * time.Second
 	DefaultMaxLag           = 100_000
@@ -268,6 +273,9 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.PageBudget <= 0 {
 		opts.PageBudget = DefaultPageBudget
+	}
+	if opts.MaxViewBytes <= 0 {
+		opts.MaxViewBytes = DefaultMaxViewBytes
 	}
 	if opts.StreamPageBytes <= 0 {
 		opts.StreamPageBytes = DefaultStreamPageBytes
