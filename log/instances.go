@@ -175,10 +175,27 @@ func (db *DB) Generation(ctx context.Context, agent, instance string) (string, e
 // MaxInstancesPage bounds a page of Instances.
 const MaxInstancesPage = 1000
 
+// MaxInstancesScan bounds the rows of the activity index one page of
+// InstancesVisible walks past, listed or not: a caller who may see few of
+// an agent's instances gets a short page (and a next cursor) rather than a
+// walk over every instance.
+const MaxInstancesScan = 10 * MaxInstancesPage
+
 // Instances lists up to limit instances of agent, newest activity first,
 // after cursor (the next value of the previous page; "" for the first).
 // next is "" after the last page.
 func (db *DB) Instances(ctx context.Context, agent, cursor string, limit int) (list []InstanceInfo, next string, err error) {
+	return db.InstancesVisible(ctx, agent, cursor, limit, nil)
+}
+
+// InstancesVisible is Instances of the instances visible (nil: all)
+// reports true for: the filter runs during the walk, so that a page is
+// made of visible instances only, and next is the position of the last
+// visible one listed, or, when MaxInstancesScan rows went by first, of the
+// last row walked past (a page may then come out short, even empty, with a
+// next cursor). The cursor is the raw index key: callers that hand it to
+// someone who may not see every instance must seal it.
+func (db *DB) InstancesVisible(ctx context.Context, agent, cursor string, limit int, visible func(instance string) bool) (list []InstanceInfo, next string, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, "", err
 	}
@@ -218,12 +235,24 @@ func (db *DB) Instances(ctx context.Context, agent, cursor string, limit int) (l
 			}
 		}
 		streams := tx.Bucket(bucketStreams).Cursor()
+		scanned := 0
 		for ; k != nil && bytes.HasPrefix(k, prefix) && len(k) >= len(prefix)+8; k, _ = c.Prev() {
 			if len(list) == limit {
 				next = base64.RawURLEncoding.EncodeToString(list[len(list)-1].cursor(agent))
 				return nil
 			}
+			if scanned == MaxInstancesScan {
+				// The previous row is where the next page resumes: it was
+				// walked past, listed or not.
+				k, _ = c.Next()
+				next = base64.RawURLEncoding.EncodeToString(k)
+				return nil
+			}
+			scanned++
 			name := string(k[len(prefix)+8:])
+			if visible != nil && !visible(name) {
+				continue
+			}
 			m, ok, err := loadInstance(tx, agent, name)
 			if err != nil {
 				return err

@@ -158,3 +158,39 @@ func BenchmarkAdmit(b *testing.B) {
 		return err
 	})
 }
+
+// InstancesVisible fills its pages with visible instances only, and walks
+// at most MaxInstancesScan rows a page: a caller who may see one instance
+// among many gets short pages, each of bounded cost, and then its own.
+func TestInstancesVisible(t *testing.T) {
+	db := openTestDB(t, nil)
+	ctx := context.Background()
+	admitMany(t, db, "a", clog.MaxInstancesScan+5)
+	var walked int
+	mine := func(name string) bool { walked++; return name == "inst-00000" || name == "inst-00003" }
+	var got []string
+	cursor := ""
+	pages := 0
+	for {
+		walked = 0
+		list, next, err := db.InstancesVisible(ctx, "a", cursor, 10, mine)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		if walked > clog.MaxInstancesScan {
+			t.Fatalf("page %d walked %d rows", pages, walked)
+		}
+		for _, in := range list {
+			got = append(got, in.Instance)
+		}
+		if next == "" {
+			break
+		}
+		cursor = next
+	}
+	slices.Sort(got)
+	if fmt.Sprint(got) != "[inst-00000 inst-00003]" || pages != 2 {
+		t.Errorf("listed %v in %d pages", got, pages)
+	}
+}

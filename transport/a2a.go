@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -117,6 +118,9 @@ type (
 		ContextID string        `json:"contextId"`
 		Status    a2aStatus     `json:"status"`
 		Artifacts []a2aArtifact `json:"artifacts,omitempty"`
+		// History is the task's messages: the user's, then the agent's
+		// answer once it has text.
+		History []a2aMessage `json:"history,omitempty"`
 	}
 	a2aStatusUpdate struct {
 		TaskID    string    `json:"taskId"`
@@ -216,6 +220,13 @@ func (s *Server) a2aRPC(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	// A batch is valid JSON, not a parse error; it is refused as an
+	// invalid request (one answer, id null): a batch would multiply what
+	// one request may hold, streams and turns.
+	if t := bytes.TrimLeft(body, " \t\r\n"); len(t) > 0 && t[0] == '[' && json.Valid(t) {
+		release()
+		return s.rpcReply(c, nil, nil, rpcErr(rpcInvalidRequest, "JSON-RPC batches are not supported: send one request per call"))
+	}
 	var req rpcRequest
 	err = json.Unmarshal(body, &req)
 	// The answer may stream for a whole turn: the body's share of the
@@ -226,6 +237,12 @@ func (s *Server) a2aRPC(c echo.Context) error {
 	}
 	if req.JSONRPC != "2.0" || req.Method == "" {
 		return s.rpcReply(c, req.ID, nil, rpcErr(rpcInvalidRequest, `a JSON-RPC 2.0 request needs "jsonrpc":"2.0" and a "method"`))
+	}
+	// A notification (no "id") gets no reply, as JSON-RPC requires, and
+	// is not run: every A2A method answers something, and a notification
+	// of one (a SendMessage, say) would act with nobody to tell.
+	if len(req.ID) == 0 {
+		return c.NoContent(http.StatusNoContent)
 	}
 	// Version negotiation: no header means the client takes what the
 	// card offers; a version other than 1.x is refused.
@@ -331,6 +348,7 @@ type sendParams struct {
 	Message       *a2aMessage `json:"message"`
 	Configuration struct {
 		ReturnImmediately bool `json:"returnImmediately"`
+		HistoryLength     *int `json:"historyLength"`
 	} `json:"configuration"`
 }
 
@@ -344,6 +362,11 @@ func (a *a2aCall) admitMessage() (log.Key, log.Submission, DeltaCursor, bool, bo
 	m := p.Message
 	if m == nil {
 		return log.Key{}, log.Submission{}, nil, false, false, rpcErr(rpcInvalidParams, `"message" is required`)
+	}
+	// Only a user's message is input: an agent's message sent as one would
+	// be stored as the user's words.
+	if m.Role != "ROLE_USER" && m.Role != "user" {
+		return log.Key{}, log.Submission{}, nil, false, false, rpcErr(rpcInvalidParams, `message.role must be "ROLE_USER", not %q`, clip(m.Role))
 	}
 	if m.TaskID != "" {
 		return log.Key{}, log.Submission{}, nil, false, false, rpcErr(a2aUnsupportedOperation,
@@ -418,6 +441,24 @@ func (a *a2aCall) admitMessage() (log.Key, log.Submission, DeltaCursor, bool, bo
 // sendMessage is SendMessage: the task when it ended, or at once with
 // configuration.returnImmediately.
 func (a *a2aCall) sendMessage(bool) (any, *rpcError) {
+	// A blocking send holds its connection for the whole turn, as a
+	// stream does: it counts against the stream caps, before the
+	// admission, so that a refused call admits nothing.
+	var peek sendParams
+	if e := a.decode(&peek); e != nil {
+		return nil, e
+	}
+	history, e := historyLength(peek.Configuration.HistoryLength)
+	if e != nil {
+		return nil, e
+	}
+	if !peek.Configuration.ReturnImmediately {
+		release, err := a.s.beginStream(a.c)
+		if err != nil {
+			return nil, a.deny(err)
+		}
+		defer release()
+	}
 	_, sub, cur, _, immediate, e := a.admitMessage()
 	if e != nil {
 		return nil, e
@@ -430,7 +471,7 @@ func (a *a2aCall) sendMessage(bool) (any, *rpcError) {
 			return nil, a.toRPC(err)
 		}
 	}
-	t, err := a.s.taskOf(a.ctx(), sub.ID)
+	t, err := a.s.taskOf(a.ctx(), sub.ID, history)
 	if err != nil {
 		return nil, a.toRPC(err)
 	}
@@ -465,7 +506,8 @@ func (a *a2aCall) waitSettled(sub log.Submission) error {
 }
 
 type idParams struct {
-	ID string `json:"id"`
+	ID            string `json:"id"`
+	HistoryLength *int   `json:"historyLength"`
 }
 
 // submissionOf is the task id's submission, if it belongs to this agent
@@ -496,7 +538,11 @@ func (a *a2aCall) getTask() (any, *rpcError) {
 	if _, e := a.submissionOf(p.ID); e != nil {
 		return nil, e
 	}
-	t, err := a.s.taskOf(a.ctx(), p.ID)
+	history, e := historyLength(p.HistoryLength)
+	if e != nil {
+		return nil, e
+	}
+	t, err := a.s.taskOf(a.ctx(), p.ID, history)
 	if err != nil {
 		return nil, a.toRPC(err)
 	}
@@ -529,7 +575,7 @@ func (a *a2aCall) cancelTask() (any, *rpcError) {
 	if err := a.waitSettled(sub); err != nil {
 		return nil, a.toRPC(err)
 	}
-	t, err := a.s.taskOf(a.ctx(), p.ID)
+	t, err := a.s.taskOf(a.ctx(), p.ID, historyAll)
 	if err != nil {
 		return nil, a.toRPC(err)
 	}
@@ -542,6 +588,7 @@ type listParams struct {
 	PageSize         int    `json:"pageSize"`
 	PageToken        string `json:"pageToken"`
 	IncludeArtifacts bool   `json:"includeArtifacts"`
+	HistoryLength    *int   `json:"historyLength"`
 }
 
 // listTasks is ListTasks of one context: its submissions in the order of
@@ -562,6 +609,10 @@ func (a *a2aCall) listTasks() (any, *rpcError) {
 	}
 	if err := a.s.allowConversation(a.c, a.agent, p.ContextID, auth.VerbRead); err != nil {
 		return nil, a.deny(err)
+	}
+	history, e := historyLength(p.HistoryLength)
+	if e != nil {
+		return nil, e
 	}
 	size := p.PageSize
 	if size <= 0 || size > 100 {
@@ -600,19 +651,33 @@ func (a *a2aCall) listTasks() (any, *rpcError) {
 			break
 		}
 	}
-	tasks := []a2aTask{}
+	// Only the page's tasks are built from the log (each a read of its
+	// turn); the others cost one lookup of their submission, for the
+	// status filter, or nothing. Building every task of the context made
+	// a call of 4,000 tasks take seconds for a page of one.
+	filter := knownTaskState(p.Status)
+	var page []string
 	total := 0
 	for i := len(ids) - 1; i >= 0; i-- {
-		t, err := a.s.taskOf(ctx, ids[i])
-		if err != nil {
-			return nil, a.toRPC(err)
-		}
-		if knownTaskState(p.Status) && t.Status.State != p.Status {
-			continue
+		if filter {
+			sub, err := a.s.db.Submission(ctx, ids[i])
+			if err != nil {
+				return nil, a.toRPC(err)
+			}
+			if taskState(sub.Status) != p.Status {
+				continue
+			}
 		}
 		total++
-		if total <= skip || len(tasks) >= size {
-			continue
+		if total > skip && len(page) < size {
+			page = append(page, ids[i])
+		}
+	}
+	tasks := []a2aTask{}
+	for _, id := range page {
+		t, err := a.s.taskOf(ctx, id, history)
+		if err != nil {
+			return nil, a.toRPC(err)
 		}
 		if !p.IncludeArtifacts {
 			t.Artifacts = nil
@@ -672,9 +737,29 @@ func taskStatus(sub log.Submission) a2aStatus {
 	return st
 }
 
-// taskOf builds the task from the log: the submission's status and the
-// answer's text recorded so far.
-func (s *Server) taskOf(ctx context.Context, id string) (a2aTask, error) {
+// maxTaskHistory is the most messages a task's history holds: a task here
+// answers one message, so its history is that message and the answer.
+const maxTaskHistory = 2
+
+// historyAll asks taskOf for the whole history (A2A: historyLength absent).
+const historyAll = -1
+
+// historyLength is A2A's historyLength: absent is the whole history (no
+// client limit), 0 none, n the last n messages.
+func historyLength(n *int) (int, *rpcError) {
+	switch {
+	case n == nil:
+		return historyAll, nil
+	case *n < 0:
+		return 0, rpcErr(rpcInvalidParams, "historyLength must not be negative")
+	}
+	return *n, nil
+}
+
+// taskOf builds the task from the log: the submission's status, the
+// answer's text recorded so far and the last history messages of its
+// history (historyAll for all).
+func (s *Server) taskOf(ctx context.Context, id string, history int) (a2aTask, error) {
 	sub, err := s.db.Submission(ctx, id)
 	if err != nil {
 		return a2aTask{}, err
@@ -695,7 +780,72 @@ func (s *Server) taskOf(ctx context.Context, id string) (a2aTask, error) {
 	if sink.text.Len() > 0 {
 		t.Artifacts = []a2aArtifact{{ArtifactID: a2aArtifactID, Name: a2aArtifactID, Parts: []a2aPart{textPart(sink.text.String())}}}
 	}
+	if history != 0 {
+		user, err := s.userMessage(ctx, sub)
+		if err != nil {
+			return a2aTask{}, err
+		}
+		if user != nil {
+			t.History = append(t.History, *user)
+		}
+		if sink.text.Len() > 0 {
+			t.History = append(t.History, a2aMessage{MessageID: sub.ID + ".answer", ContextID: sub.Key.Instance, TaskID: sub.ID,
+				Role: "ROLE_AGENT", Parts: []a2aPart{textPart(sink.text.String())}})
+		}
+		if history > 0 && len(t.History) > history {
+			t.History = t.History[len(t.History)-history:]
+		}
+	}
 	return t, nil
+}
+
+// userMessage is the submission's user message as A2A's, from the batch
+// at its offset; nil if the log no longer holds it (rewound, reset).
+func (s *Server) userMessage(ctx context.Context, sub log.Submission) (*a2aMessage, error) {
+	page, err := s.db.Read(ctx, sub.Key, sub.Offset, 1)
+	if errors.Is(err, log.ErrUnknownOffset) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, b := range page.Batches {
+		recs, err := b.Records.Decode()
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range recs {
+			if r.Kind != log.KindEntry || r.Entry == nil || r.Entry.Type != log.EntryUserMessage || r.Entry.SubmissionID != sub.ID {
+				continue
+			}
+			var p log.MessagePayload
+			if err := json.Unmarshal(r.Entry.Payload, &p); err != nil {
+				return nil, fmt.Errorf("the user message of %s: %w", sub.ID, err)
+			}
+			m := a2aMessage{MessageID: sub.ID + ".input", ContextID: sub.Key.Instance, TaskID: sub.ID, Role: "ROLE_USER"}
+			var meta struct {
+				ID string `json:"a2aMessageId"`
+			}
+			if len(p.Metadata) > 0 && json.Unmarshal(p.Metadata, &meta) == nil && meta.ID != "" {
+				m.MessageID = meta.ID
+			}
+			for _, lp := range p.Parts {
+				switch lp.Type {
+				case log.PartText:
+					m.Parts = append(m.Parts, textPart(lp.Text))
+				case log.PartFile:
+					m.Parts = append(m.Parts, a2aPart{URL: lp.URL, MediaType: lp.MediaType, Filename: lp.Filename})
+				case log.PartData:
+					m.Parts = append(m.Parts, a2aPart{Data: lp.Data})
+				}
+			}
+			if m.Parts == nil {
+				m.Parts = []a2aPart{}
+			}
+			return &m, nil
+		}
+	}
+	return nil, nil
 }
 
 // textSink collects the answer's text.
@@ -712,7 +862,7 @@ func (k *textSink) flush() error { return nil }
 // sendStreaming is SendStreamingMessage: the task, then its updates as SSE.
 func (a *a2aCall) sendStreaming() *rpcError {
 	// The stream cap first: a refused stream must not admit the message.
-	release, err := a.s.openStream(a.c)
+	release, err := a.s.beginStream(a.c)
 	if err != nil {
 		return a.deny(err)
 	}
@@ -739,7 +889,7 @@ func (a *a2aCall) subscribe() *rpcError {
 	if e != nil {
 		return e
 	}
-	release, err := a.s.openStream(a.c)
+	release, err := a.s.beginStream(a.c)
 	if err != nil {
 		return a.deny(err)
 	}
@@ -757,8 +907,6 @@ func (a *a2aCall) subscribe() *rpcError {
 func (a *a2aCall) stream(key log.Key, sub log.Submission, cur DeltaCursor, fresh bool) *rpcError {
 	a.streamed = true
 	s := a.s
-	s.streams.Add(1)
-	defer s.streams.Add(-1)
 	w := s.openSSE(a.c, map[string]string{a2aVersionHeader: a2aVersion})
 	defer w.release()
 	sink := &a2aSink{w: w, id: a.id, sub: sub}

@@ -4,6 +4,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"sync"
 
 	"github.com/labstack/echo/v4"
 
@@ -50,18 +51,33 @@ func (s *Server) drawDelivery(c echo.Context) error {
 	return nil
 }
 
-// openStream counts a stream against the caller's cap; release must be
-// called when it ends.
-func (s *Server) openStream(c echo.Context) (release func(), err error) {
-	p, ok := PrincipalOf(c)
-	if !ok || s.limits == nil {
-		return func() {}, nil
+// beginStream counts a long-lived response (a stream, a turn's answer, a
+// blocking A2A send) against both caps: the server's MaxStreams and, with
+// access control, the principal's stream limit. Over either it is 503
+// too_many_streams with Retry-After: each such response holds a
+// descriptor for as long as its reader stays, and the descriptors that
+// deliveries, health checks and the log need must not run out. release
+// must be called when the response ends; it is idempotent.
+func (s *Server) beginStream(c echo.Context) (release func(), err error) {
+	if n := s.streams.Add(1); n > int64(s.opts.MaxStreams) {
+		s.streams.Add(-1)
+		return nil, overloaded(c, CodeTooManyStreams, "%d streams are open, the most this server takes; retry shortly, or read by polling", s.opts.MaxStreams)
 	}
-	release, ok = s.limits.OpenStream(p)
-	if !ok {
-		c.Response().Header().Set("Retry-After", "5")
-		return nil, s.refused(&APIError{Status: http.StatusTooManyRequests, Code: CodeRateLimited,
-			Message: "this principal has as many streams open as it may; close one first"}, "streams")
+	free := func() {}
+	if p, ok := PrincipalOf(c); ok && s.limits != nil {
+		f, ok := s.limits.OpenStream(p)
+		if !ok {
+			s.streams.Add(-1)
+			return nil, s.refused(overloaded(c, CodeTooManyStreams,
+				"this principal has %d streams open, the most it may; close one first", s.opts.Limits.Streams), "streams")
+		}
+		free = f
 	}
-	return release, nil
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			free()
+			s.streams.Add(-1)
+		})
+	}, nil
 }

@@ -5,10 +5,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -722,5 +724,164 @@ func TestAISDKRegenerate(t *testing.T) {
 	_, _, page := e.do(t, http.MethodGet, "/agents/echo/regen/conversation", nil, nil)
 	if !strings.Contains(string(page), `"kind":"truncated"`) {
 		t.Fatalf("no rewind in the log: %s", page)
+	}
+}
+
+// The adapters' input refusals and idempotency, each once wrong: an AG-UI
+// retry with a new run id was 422 idempotency_key_reused, a binary part
+// that is not base64 was stored, A2A took an agent's message as the
+// user's, a JSON-RPC batch was a parse error and a notification was
+// answered.
+func TestAdapterInputs(t *testing.T) {
+	e := newEnv(t)
+	agui := func(runID, content string) string {
+		return `{"threadId":"t1","runId":"` + runID + `","messages":[{"id":"m1","role":"user","content":` + content + `}]}`
+	}
+	t.Run("ag-ui retry with a new run id", func(t *testing.T) {
+		before := e.admitted.Load()
+		for i, run := range []string{"r1", "r2"} {
+			lb := openLive(t, e, http.MethodPost, "/ag-ui/echo", agui(run, `"hi"`), nil)
+			if lb.resp.StatusCode != http.StatusOK {
+				t.Fatalf("run %d: %d %s", i, lb.resp.StatusCode, lb.end(t))
+			}
+			lb.waitFor(t, `"runId":"`+run+`"`)
+			lb.resp.Body.Close()
+		}
+		if n := e.admitted.Load() - before; n != 1 {
+			t.Errorf("%d admissions for one message", n)
+		}
+	})
+	t.Run("ag-ui binary not base64", func(t *testing.T) {
+		body := strings.Replace(agui("r3", `[{"type":"binary","mimeType":"image/png","data":"not base64!"}]`), `"m1"`, `"m2"`, 1)
+		lb := openLive(t, e, http.MethodPost, "/ag-ui/echo", body, nil)
+		defer lb.resp.Body.Close()
+		if lb.resp.StatusCode != http.StatusBadRequest {
+			t.Fatalf("stored: %d", lb.resp.StatusCode)
+		}
+		if b := lb.end(t); !strings.Contains(b, transport.CodeBadRequest) {
+			t.Errorf("%s", b)
+		}
+	})
+	rpc := func(body string) (int, map[string]any) {
+		st, _, b := e.postJSON(t, "/a2a/echo", body, nil)
+		var resp map[string]any
+		if len(b) > 0 {
+			if err := json.Unmarshal(b, &resp); err != nil {
+				t.Fatalf("%s: %v", b, err)
+			}
+		}
+		return st, resp
+	}
+	send := func(id, role string) string {
+		m := a2aMessage("ctxR", "mR", "hi")
+		m["role"] = role
+		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": "SendMessage",
+			"params": map[string]any{"message": m, "configuration": map[string]any{"returnImmediately": true}}})
+		return string(b)
+	}
+	for _, c := range []struct {
+		name, body string
+		code       float64 // of the JSON-RPC error; 0 for none
+	}{
+		{"a2a agent message as input", send("1", "ROLE_AGENT"), -32602},
+		{"a2a batch", "[" + send("1", "ROLE_USER") + "]", -32600},
+		{"a2a empty batch", "[]", -32600},
+		{"a2a not JSON", "[", -32700},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			before := e.admitted.Load()
+			st, resp := rpc(c.body)
+			errObj, _ := resp["error"].(map[string]any)
+			if st != http.StatusOK || errObj["code"] != c.code {
+				t.Errorf("%d %v, want error %v", st, resp, c.code)
+			}
+			if e.admitted.Load() != before {
+				t.Error("admitted")
+			}
+		})
+	}
+	t.Run("a2a notification", func(t *testing.T) {
+		before := e.admitted.Load()
+		b := strings.Replace(send("1", "ROLE_USER"), `"id":"1",`, "", 1)
+		st, h, body := e.postJSON(t, "/a2a/echo", b, nil)
+		if st != http.StatusNoContent || len(body) != 0 {
+			t.Errorf("%d %v %s", st, h, body)
+		}
+		if e.admitted.Load() != before {
+			t.Error("a notification was run")
+		}
+	})
+}
+
+// countingLog is the real log, counting the submission lookups the server
+// makes.
+type countingLog struct {
+	*log.DB
+	subs atomic.Int64
+}
+
+func (l *countingLog) Submission(ctx context.Context, id string) (log.Submission, error) {
+	l.subs.Add(1)
+	return l.DB.Submission(ctx, id)
+}
+
+// ListTasks builds only the page's tasks: a page of one out of many
+// costs a few lookups, not one task (a read of its turn) per task of the
+// context, which made a call of 4,000 tasks take 4 s.
+func TestA2AListTasksPaged(t *testing.T) {
+	var cl *countingLog
+	e := newEnv(t, func(o *transport.Options) {
+		cl = &countingLog{DB: o.Log.(*log.DB)}
+		o.Log = cl
+	})
+	const n = 150
+	for i := range n {
+		if st, _, b := e.postJSON(t, "/agents/echo/ctxL", fmt.Sprintf(`{"message":"m%d"}`, i), nil); st != http.StatusAccepted {
+			t.Fatalf("%d %s", st, b)
+		}
+	}
+	cl.subs.Store(0)
+	resp := a2aCall(t, e, "ListTasks", map[string]any{"contextId": "ctxL", "pageSize": 1})
+	res, _ := resp["result"].(map[string]any)
+	if tasks, _ := res["tasks"].([]any); len(tasks) != 1 || res["totalSize"] != float64(n) || res["nextPageToken"] != "1" {
+		t.Fatalf("%v", resp)
+	}
+	if got := cl.subs.Load(); got > 4 {
+		t.Errorf("a page of one task made %d submission lookups among %d tasks", got, n)
+	}
+}
+
+// A task's history is its messages: the user's, then the answer; A2A's
+// historyLength: absent is all, 0 none, n the last n.
+func TestA2ATaskHistory(t *testing.T) {
+	e := newEnv(t)
+	resp := a2aCall(t, e, "SendMessage", map[string]any{"message": a2aMessage("ctxH", "mH", "question"),
+		"configuration": map[string]any{"returnImmediately": true}})
+	task := resp["result"].(map[string]any)["task"].(map[string]any)
+	id := task["id"].(string)
+	hist := func(v any) []any { h, _ := v.(map[string]any)["history"].([]any); return h }
+	if h := hist(task); len(h) != 1 || h[0].(map[string]any)["role"] != "ROLE_USER" || h[0].(map[string]any)["messageId"] != "mH" {
+		t.Fatalf("SendMessage history: %v", task)
+	}
+	ft := awaitTurn(t, e, log.Key{Agent: "echo", Instance: "ctxH", Session: "default"}, "turn_h")
+	ft.write([]log.Record{ft.message(log.Part{Type: log.PartText, Text: "answer"})}, log.Settlement{SubmissionID: ft.sub, Outcome: log.OutcomeCompleted})
+	for _, c := range []struct {
+		length any
+		roles  string
+	}{{nil, "[ROLE_USER ROLE_AGENT]"}, {0, "[]"}, {1, "[ROLE_AGENT]"}, {5, "[ROLE_USER ROLE_AGENT]"}} {
+		p := map[string]any{"id": id}
+		if c.length != nil {
+			p["historyLength"] = c.length
+		}
+		var roles []any
+		for _, m := range hist(a2aCall(t, e, "GetTask", p)["result"]) {
+			roles = append(roles, m.(map[string]any)["role"])
+		}
+		if fmt.Sprint(roles) != c.roles {
+			t.Errorf("historyLength %v: roles %v, want %s", c.length, roles, c.roles)
+		}
+	}
+	if e := a2aCall(t, e, "GetTask", map[string]any{"id": id, "historyLength": -1})["error"]; e == nil {
+		t.Error("a negative historyLength was taken")
 	}
 }

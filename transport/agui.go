@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -74,6 +75,11 @@ func decodeAGUI(body []byte) (in aguiInput, msgID string, p log.MessagePayload, 
 			case c.Type == "binary" && c.MimeType != "" && (c.URL != "" || c.Data != ""):
 				u := c.URL
 				if u == "" {
+					// Refused as A2A refuses its raw parts: a data URL
+					// that does not decode is no file for the agent.
+					if _, err := base64.StdEncoding.DecodeString(c.Data); err != nil {
+						return in, "", p, badRequest(`the last message: a "binary" part's "data" is not base64`)
+					}
 					u = "data:" + c.MimeType + ";base64," + c.Data
 				}
 				lp = log.Part{Type: log.PartFile, MediaType: c.MimeType, URL: u, Filename: c.Filename}
@@ -90,7 +96,10 @@ func decodeAGUI(body []byte) (in aguiInput, msgID string, p log.MessagePayload, 
 		return in, "", p, badRequest("the last message has no text")
 	}
 	if last.ID != "" {
-		p.Metadata = compactJSON(map[string]string{"agUiMessageId": last.ID, "agUiRunId": in.RunID})
+		// Not the run id: the stored payload is what the idempotency
+		// compares, and a retry of a run may mint a new run id for the
+		// same message.
+		p.Metadata = compactJSON(map[string]string{"agUiMessageId": last.ID})
 	}
 	return in, last.ID, p, nil
 }
@@ -113,6 +122,13 @@ func (s *Server) agUIRun(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	// The stream caps before the admission: a refused stream must not
+	// admit the message.
+	endStream, err := s.beginStream(c)
+	if err != nil {
+		return err
+	}
+	defer endStream()
 	ctx := c.Request().Context()
 	key := log.Key{Agent: agent, Instance: in.ThreadID, Session: log.DefaultSession}
 	cur := s.followDeltas(ctx, key)
@@ -133,8 +149,6 @@ func (s *Server) agUIRun(c echo.Context) error {
 		}
 		fresh = sub.Status == log.StatusAdmitted
 	}
-	s.streams.Add(1)
-	defer s.streams.Add(-1)
 	w := s.openSSE(c, nil)
 	defer w.release()
 	sink := &aguiSink{w: w, threadID: in.ThreadID, runID: in.RunID}

@@ -129,6 +129,13 @@ func (s *Server) aiSDKChat(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	// The stream caps before the admission: a refused stream must not
+	// admit the message.
+	endStream, err := s.beginStream(c)
+	if err != nil {
+		return err
+	}
+	defer endStream()
 	ctx := c.Request().Context()
 	key := log.Key{Agent: agent, Instance: chatID, Session: log.DefaultSession}
 	// The cursor before the admission: every frame of the new turn is seen.
@@ -177,6 +184,11 @@ func (s *Server) aiSDKResume(c echo.Context) error {
 	if len(pending) == 0 {
 		return c.NoContent(http.StatusNoContent)
 	}
+	endStream, err := s.beginStream(c)
+	if err != nil {
+		return err
+	}
+	defer endStream()
 	cur, sub, fresh, err := s.viewCursor(ctx, key, pending[len(pending)-1].ID)
 	if err != nil {
 		return err
@@ -205,6 +217,11 @@ func (s *Server) aiSDKRegenerate(c echo.Context, agent, chatID, msgID string) er
 	if _, err := s.agentPolicy(agent); err != nil {
 		return err
 	}
+	endStream, err := s.beginStream(c)
+	if err != nil {
+		return err
+	}
+	defer endStream()
 	ctx := c.Request().Context()
 	key := log.Key{Agent: agent, Instance: chatID, Session: log.DefaultSession}
 	ch := log.Change{Kind: log.ChangeRegenerate, Key: key}
@@ -246,8 +263,6 @@ func (s *Server) aiSDKRegenerate(c echo.Context, agent, chatID, msgID string) er
 }
 
 func (s *Server) aiSDKServe(c echo.Context, key log.Key, sub log.Submission, cur DeltaCursor, fresh bool) error {
-	s.streams.Add(1)
-	defer s.streams.Add(-1)
 	w := s.openSSE(c, map[string]string{aiSDKStreamHeader: "v1"})
 	defer w.release()
 	sink := &aiSDKSink{w: w}

@@ -23,7 +23,9 @@ type Authenticator interface {
 type access struct {
 	public bool      // no credentials: health checks and the like
 	verb   auth.Verb // the scope verb on the path's :name/:instanceId
-	// stream routes count toward the principal's stream cap.
+	// stream routes accept a stream token (?access_token=) for what
+	// EventSource opens; the handlers count their long-lived responses
+	// against the stream caps (beginStream).
 	stream bool
 	// deliver routes draw from the principal's delivery rate.
 	deliver bool
@@ -79,11 +81,13 @@ var routeAccess = map[string]access{
 	"GET /client/*":            {public: true},
 	// The projected view: JSON or SSE, so it counts as a stream, and
 	// EventSource may open it with a stream token.
-	"GET /agents/:name/:instanceId/messages": {verb: auth.VerbRead, stream: true},
-	"GET /openapi.json":                      {public: true}, // the API's shape, no data
-	"GET /metrics":                           {verb: auth.VerbAdmin},
-	"POST /admin/backup":                     {verb: auth.VerbAdmin}, // every conversation
+	"GET " + messagesRoute: {verb: auth.VerbRead, stream: true},
+	"GET /openapi.json":    {public: true}, // the API's shape, no data
+	"GET /metrics":         {verb: auth.VerbAdmin},
+	"POST /admin/backup":   {verb: auth.VerbAdmin}, // every conversation
 }
+
+const messagesRoute = "/agents/:name/:instanceId/messages"
 
 const principalKey = "convlog.principal"
 
@@ -138,15 +142,6 @@ func (s *Server) authorize(next echo.HandlerFunc) echo.HandlerFunc {
 				return err
 			}
 		}
-		if rule.stream {
-			release, err := s.openStream(c)
-			if err != nil {
-				return err
-			}
-			slot := &streamSlot{free: release}
-			c.Set(streamSlotKey, slot)
-			defer slot.requestEnded()
-		}
 		return next(c)
 	}
 }
@@ -155,7 +150,10 @@ func (s *Server) authorize(next echo.HandlerFunc) echo.HandlerFunc {
 // stream token in ?access_token= (what EventSource can send).
 func (s *Server) authenticate(c echo.Context, rule access) (auth.Principal, error) {
 	req := c.Request()
-	if h := req.Header.Get(echo.HeaderAuthorization); h != "" || !rule.stream {
+	// The messages view is also JSON: a stream token opens only its SSE
+	// form, as it opens only streams everywhere (docs/security.md).
+	sse := rule.stream && (c.Path() != messagesRoute || wantsEventStream(req.Header.Get(echo.HeaderAccept)))
+	if h := req.Header.Get(echo.HeaderAuthorization); h != "" || !sse {
 		return s.opts.Auth.Authenticate(req.Context(), auth.BearerToken(h))
 	}
 	tok := c.QueryParam("access_token")

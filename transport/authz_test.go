@@ -3,10 +3,12 @@ package transport_test
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -219,7 +221,7 @@ func TestStreamCap(t *testing.T) {
 	}
 	defer resp.Body.Close()
 	st, _, body := e.do(t, http.MethodGet, "/agents/echo/i/stream?offset=0", nil, map[string]string{"Authorization": "Bearer alice"})
-	if st != http.StatusTooManyRequests || !strings.Contains(string(body), transport.CodeRateLimited) {
+	if st != http.StatusServiceUnavailable || !strings.Contains(string(body), transport.CodeTooManyStreams) {
 		t.Fatalf("second stream over the cap: %d %s", st, body)
 	}
 	cancel()
@@ -361,5 +363,101 @@ func TestStreamEndsWhenItsTokenExpires(t *testing.T) {
 	}
 	if ctx.Err() != nil || !strings.Contains(all.String(), `"code":"unauthorized"`) {
 		t.Fatalf("the stream did not end with an unauthorized frame (ctx %v):\n%s", ctx.Err(), all.String())
+	}
+}
+
+// A stream token opens the messages view as SSE only: read as JSON, the
+// view is an ordinary read, which needs a bearer token.
+func TestStreamTokenMessagesJSON(t *testing.T) {
+	a := staticTokens(t, map[string][]string{"alice": {"read:echo/*"}})
+	e := newEnv(t, withAuth(a, auth.Limits{}))
+	st, _, b := e.postJSON(t, "/agents/echo/i/stream-token", "", map[string]string{"Authorization": "Bearer alice"})
+	if st != http.StatusOK {
+		t.Fatalf("stream token: %d %s", st, b)
+	}
+	var tok struct{ Token string }
+	if err := json.Unmarshal(b, &tok); err != nil || tok.Token == "" {
+		t.Fatalf("stream token: %v %s", err, b)
+	}
+	path := "/agents/echo/i/messages?access_token=" + url.QueryEscape(tok.Token)
+	for _, accept := range []string{"", "application/json", "*/*"} {
+		st, _, b := e.do(t, http.MethodGet, path, nil, map[string]string{"Accept": accept})
+		if st != http.StatusUnauthorized {
+			t.Errorf("Accept %q: a stream token read the JSON view: %d %s", accept, st, b)
+		}
+	}
+	lb := openLive(t, e, http.MethodGet, path, "", map[string]string{"Accept": "text/event-stream"})
+	if lb.resp.StatusCode != http.StatusOK {
+		t.Fatalf("SSE with a stream token: %d", lb.resp.StatusCode)
+	}
+	lb.waitFor(t, "connected")
+	lb.resp.Body.Close()
+}
+
+// The instance listing shows a caller only the instances it may read, and
+// its cursors tell nothing of the others: they are filtered during the
+// walk and sealed (once, a cursor was the base64 of the last row's name and
+// activity time, whoever's it was).
+func TestInstancesCursorOpaque(t *testing.T) {
+	a := staticTokens(t, map[string][]string{
+		"alice": {"read:echo/{sub}"},
+		"admin": {"deliver:echo/*", "read:echo/*"},
+	})
+	e := newEnv(t, withAuth(a, auth.Limits{}))
+	others := []string{"carol@corp.example", "dave"}
+	for _, inst := range append([]string{"alice"}, others...) { // alice oldest
+		if st, _, b := e.postJSON(t, "/agents/echo/"+inst, `{"message":"hi"}`, map[string]string{"Authorization": "Bearer admin"}); st != http.StatusAccepted {
+			t.Fatalf("delivery to %s: %d %s", inst, st, b)
+		}
+	}
+	var seen []string
+	cursor := ""
+	for page := 0; ; page++ {
+		if page > 5 {
+			t.Fatal("the listing does not end")
+		}
+		path := "/agents/echo?limit=1"
+		if cursor != "" {
+			path += "&cursor=" + url.QueryEscape(cursor)
+		}
+		st, _, b := e.do(t, http.MethodGet, path, nil, map[string]string{"Authorization": "Bearer alice"})
+		if st != http.StatusOK {
+			t.Fatalf("%s: %d %s", path, st, b)
+		}
+		for _, o := range append(others, "alice") {
+			if strings.Contains(string(b), o) && o != "alice" {
+				t.Errorf("page %d names %s: %s", page, o, b)
+			}
+		}
+		var res struct {
+			Instances []struct {
+				InstanceID string `json:"instanceId"`
+			} `json:"instances"`
+			NextCursor *string `json:"nextCursor"`
+		}
+		if err := json.Unmarshal(b, &res); err != nil {
+			t.Fatal(err)
+		}
+		for _, in := range res.Instances {
+			seen = append(seen, in.InstanceID)
+		}
+		if res.NextCursor == nil {
+			break
+		}
+		cursor = *res.NextCursor
+		raw, _ := base64.RawURLEncoding.DecodeString(cursor)
+		for _, name := range append(others, "alice", "echo") {
+			if strings.Contains(string(raw), name) {
+				t.Errorf("cursor %q holds %q", cursor, name)
+			}
+		}
+	}
+	if fmt.Sprint(seen) != "[alice]" {
+		t.Errorf("alice listed %v", seen)
+	}
+	// A cursor is bound to its agent and to this server.
+	if st, _, b := e.do(t, http.MethodGet, "/agents/echo?cursor="+base64.RawURLEncoding.EncodeToString([]byte("echo\x00\x00\x00\x00\x00\x00\x00\x00\x01dave")), nil,
+		map[string]string{"Authorization": "Bearer admin"}); st != http.StatusBadRequest || errorOf(t, b)["code"] != transport.CodeInvalidCursor {
+		t.Errorf("a forged cursor: %d %s", st, b)
 	}
 }

@@ -35,3 +35,6 @@ func SetStreamOpenedHook(f func()) (restore func()) {
 	testHookStreamOpened = f
 	return func() { testHookStreamOpened = nil }
 }
+
+// PrincipalStreams is the principal's stream cap in force.
+func (s *Server) PrincipalStreams() int { return s.opts.Limits.Streams }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/convlog/convlog/log"
 )
@@ -65,5 +66,34 @@ func BenchmarkLiveFrame(b *testing.B) {
 				putBuffer(w.buf)
 			}
 		})
+	}
+}
+
+type nopConn struct{}
+
+func (nopConn) Flush() error                     { return nil }
+func (nopConn) SetWriteDeadline(time.Time) error { return nil }
+
+// TestLargeEventNotKept: a large frame (a messages view) leaves no
+// buffer of its size with the reader once written, and its bytes are the
+// same as a small frame's framing would make them. Each /messages reader
+// once kept a scratch buffer as large as its view for the life of its
+// stream.
+func TestLargeEventNotKept(t *testing.T) {
+	for _, size := range []int{100, 1 << 20} {
+		data := bytes.Repeat([]byte("x"), size)
+		var out bytes.Buffer
+		w := &sseWriter{w: &out, rc: nopConn{}}
+		w.event("7/inc", data)
+		if err := w.flush(); err != nil {
+			t.Fatal(err)
+		}
+		w.shrink()
+		if want := "id: 7/inc\ndata: " + string(data) + "\n\n"; out.String() != want {
+			t.Errorf("size %d: the frame is not what was asked", size)
+		}
+		if cap(w.scratch) > sseBulkBuffer {
+			t.Errorf("size %d: the reader keeps %d bytes of scratch", size, cap(w.scratch))
+		}
 	}
 }

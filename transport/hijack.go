@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -71,38 +69,4 @@ func watchPeer(conn net.Conn, gone context.CancelFunc) <-chan struct{} {
 		}
 	}()
 	return done
-}
-
-// streamSlot is a principal's stream slot (Limiter.OpenStream), released
-// when the request ends unless the stream took it over: a stream that
-// outlives its request (hijackStream) releases it when it ends.
-type streamSlot struct {
-	once  sync.Once
-	free  func()
-	taken atomic.Bool
-}
-
-const streamSlotKey = "convlog.streamSlot"
-
-// release gives the slot back; safe to call twice, and on nil.
-func (s *streamSlot) release() {
-	if s != nil {
-		s.once.Do(s.free)
-	}
-}
-
-// requestEnded releases the slot unless a stream took it.
-func (s *streamSlot) requestEnded() {
-	if s != nil && !s.taken.Load() {
-		s.release()
-	}
-}
-
-// takeStreamSlot takes over the request's stream slot, if it has one.
-func takeStreamSlot(c echo.Context) *streamSlot {
-	slot, _ := c.Get(streamSlotKey).(*streamSlot)
-	if slot != nil {
-		slot.taken.Store(true)
-	}
-	return slot
 }

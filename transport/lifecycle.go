@@ -23,7 +23,7 @@ import (
 // *log.DB satisfies it. The routes exist when Options.Log has it.
 type LifecycleLog interface {
 	Change(ctx context.Context, c log.Change) (log.ChangeResult, bool, error)
-	Instances(ctx context.Context, agent, cursor string, limit int) ([]log.InstanceInfo, string, error)
+	InstancesVisible(ctx context.Context, agent, cursor string, limit int, visible func(instance string) bool) ([]log.InstanceInfo, string, error)
 	Sessions(ctx context.Context, agent, instance string) ([]log.SessionInfo, error)
 	Checkpoints(ctx context.Context, key log.Key) ([]log.Checkpoint, error)
 	Generation(ctx context.Context, agent, instance string) (string, error)
@@ -489,23 +489,24 @@ func (l *lifecycle) instances(c echo.Context) error {
 		}
 		limit = n
 	}
-	list, next, err := l.log.Instances(c.Request().Context(), agent, c.QueryParam("cursor"), limit)
+	raw, err := l.s.cursors.open(agent, c.QueryParam("cursor"))
+	if err != nil {
+		return apiErr(http.StatusBadRequest, CodeInvalidCursor, "the cursor is not one this server gave out")
+	}
+	// Only what the caller may read, filtered during the walk: a page and
+	// its cursor are made of what the caller may see.
+	var visible func(string) bool
+	if p, ok := PrincipalOf(c); ok {
+		visible = func(instance string) bool { return p.Allows(auth.VerbRead, agent, instance) }
+	}
+	list, next, err := l.log.InstancesVisible(c.Request().Context(), agent, raw, limit, visible)
 	if errors.Is(err, log.ErrInvalidOffset) {
 		return apiErr(http.StatusBadRequest, CodeInvalidCursor, "the cursor is not one this server gave out")
 	}
 	if err != nil {
 		return err
 	}
-	if p, ok := PrincipalOf(c); ok {
-		// Only what the caller may read; a page may come out short.
-		shown := list[:0]
-		for _, in := range list {
-			if p.Allows(auth.VerbRead, agent, in.Instance) {
-				shown = append(shown, in)
-			}
-		}
-		list = shown
-	}
+	next = l.s.cursors.seal(agent, next)
 	var nc *string
 	if next != "" {
 		nc = &next

@@ -39,14 +39,19 @@ type MessagesView struct {
 }
 
 // MarshalJSON writes an absent incarnation as null, like the other routes.
-func (v MessagesView) MarshalJSON() ([]byte, error) {
+func (v MessagesView) MarshalJSON() ([]byte, error) { return v.marshal("") }
+
+// marshal encodes the view, with a "type" member first when typ is set
+// (the SSE frame): one encoding, no copy to add the member.
+func (v MessagesView) marshal(typ string) ([]byte, error) {
 	type plain struct {
+		Type        string               `json:"type,omitempty"`
 		Incarnation *log.Incarnation     `json:"incarnation"`
 		Messages    []projection.Message `json:"messages"`
 		Settlements []log.Settlement     `json:"settlements"`
 		NextOffset  log.Offset           `json:"nextOffset"`
 	}
-	p := plain{Messages: v.Messages, Settlements: v.Settlements, NextOffset: v.NextOffset}
+	p := plain{Type: typ, Messages: v.Messages, Settlements: v.Settlements, NextOffset: v.NextOffset}
 	if p.Messages == nil {
 		p.Messages = []projection.Message{}
 	}
@@ -90,8 +95,30 @@ func (s *Server) messages(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	b, err := v.marshal("")
+	if err != nil {
+		return err
+	}
+	if err := s.checkViewSize(len(b)); err != nil {
+		return err
+	}
+	// The page budget, as for the conversation's pages: a view is held
+	// whole while a slow client takes it.
+	if !s.pages.take(int64(len(b))) {
+		return overloaded(c, CodeOverloaded, "too many large answers are being written; retry shortly")
+	}
+	defer s.pages.give(int64(len(b)))
 	c.Response().Header().Set(echo.HeaderCacheControl, "no-store")
-	return writeJSON(c, http.StatusOK, v)
+	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, append(b, '\n'))
+}
+
+// checkViewSize refuses a view larger than MaxViewBytes.
+func (s *Server) checkViewSize(n int) error {
+	if n > s.opts.MaxViewBytes {
+		return apiErr(http.StatusUnprocessableEntity, CodeViewTooLarge,
+			"the view is %d bytes, more than the %d this server sends: read its records (the conversation route) instead", n, s.opts.MaxViewBytes)
+	}
+	return nil
 }
 
 // wantsEventStream: SSE when the client asks for text/event-stream before
@@ -183,8 +210,11 @@ func (s *Server) messagesStream(c echo.Context, key log.Key) error {
 		}
 		resume, resumeInc, haveInc = o, log.Incarnation(inc), ok
 	}
-	s.streams.Add(1)
-	defer s.streams.Add(-1)
+	endStream, err := s.beginStream(c)
+	if err != nil {
+		return err
+	}
+	defer endStream()
 	var deltas DeltaCursor
 	if s.opts.Deltas != nil {
 		if cur, err := s.opts.Deltas.FollowDeltas(key); err == nil {
@@ -238,17 +268,37 @@ func (s *Server) messagesStream(c echo.Context, key log.Key) error {
 		}
 		first = false
 		v = nv
+		held := int64(0)
 		if send {
-			b, err := v.MarshalJSON()
+			b, err := v.marshal(FrameMessages)
 			if err != nil {
 				release()
 				return err
 			}
-			b = append([]byte(`{"type":"`+FrameMessages+`",`), b[1:]...)
+			if err := s.checkViewSize(len(b)); err != nil {
+				release()
+				s.endStream(c.Request().Context(), c.Request().URL.Path, w, err)
+				return nil
+			}
+			// Every reader holds its frame until its client takes it: the
+			// frames being written share the page budget with JSON pages,
+			// so readers that do not read cannot grow memory without
+			// bound. Over it the stream ends; the client resumes from its
+			// last frame's id.
+			if !s.pages.take(int64(len(b))) {
+				release()
+				s.endStream(c.Request().Context(), c.Request().URL.Path, w,
+					apiErr(http.StatusServiceUnavailable, CodeOverloaded, "too many large views are being written; resume shortly"))
+				return nil
+			}
+			held = int64(len(b))
 			w.event(viewID(v), b)
 			send = false
 		}
-		if w.flush() != nil {
+		err = w.flush()
+		s.pages.give(held)
+		w.shrink()
+		if err != nil {
 			release()
 			return nil
 		}

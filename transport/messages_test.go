@@ -1,8 +1,10 @@
 package transport_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/convlog/convlog/log"
@@ -203,5 +205,28 @@ func TestMessagesSSEResumeAcrossIncarnations(t *testing.T) {
 	v, _ = nextView(t, current)
 	if len(v.Messages) != 2 {
 		t.Fatalf("resumed with a current id, the first frame is %+v; want the change after it", v)
+	}
+}
+
+// A view is capped in bytes (MaxViewBytes), as JSON and as an SSE frame:
+// each SSE reader holds its frame until its client takes it, so without a
+// cap 30 readers of a 4.3 MB view that never read took a gigabyte.
+func TestMessagesViewBytesCap(t *testing.T) {
+	e := newEnv(t, func(o *transport.Options) { o.MaxViewBytes = 4 << 10 })
+	key := log.Key{Agent: "echo", Instance: "big", Session: "default"}
+	if _, err := e.db.Write(context.Background(), log.Write{Key: key, Records: []log.Record{userText(strings.Repeat("x", 8<<10))}}); err != nil {
+		t.Fatal(err)
+	}
+	status, _, body := e.do(t, http.MethodGet, "/agents/echo/big/messages", nil, nil)
+	if status != http.StatusUnprocessableEntity || errorOf(t, body)["code"] != transport.CodeViewTooLarge {
+		t.Errorf("JSON: %d %s", status, body)
+	}
+	lb := openLive(t, e, http.MethodGet, "/agents/echo/big/messages", "", map[string]string{"Accept": "text/event-stream"})
+	if got := lb.end(t); !strings.Contains(got, `"error"`) || !strings.Contains(got, transport.CodeViewTooLarge) {
+		t.Errorf("SSE: %s", got)
+	}
+	// A small view passes.
+	if status, _, body := e.do(t, http.MethodGet, "/agents/echo/small/messages", nil, nil); status != http.StatusOK {
+		t.Errorf("small view: %d %s", status, body)
 	}
 }

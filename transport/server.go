@@ -104,6 +104,8 @@ type Options struct {
 	// serves everyone, which the binary allows only on loopback.
 	Auth Authenticator
 	// Limits bound each principal's deliveries and streams (with Auth).
+	// Streams 0 is DefaultPrincipalStreams, not "no cap": one principal
+	// must not be able to take every stream slot of the server.
 	Limits auth.Limits
 	// StreamTokenKey signs stream tokens (at least 32 bytes); nil draws a
 	// random key, so a token opens streams on this process only.
@@ -150,6 +152,10 @@ type Options struct {
 	// being written at once; over it a read gets 503 overloaded with
 	// Retry-After. A page alone always passes. Default 256 MiB.
 	PageBudget int64
+	// MaxViewBytes bounds the encoded messages view (GET …/messages, as
+	// JSON or as an SSE frame): a larger one is 422 view_too_large (an
+	// error frame on SSE). Default 16 MiB.
+	MaxViewBytes int
 	// StreamPageBytes bounds the records an SSE stream reads (and holds
 	// while a slow reader takes them) at a time; a single batch larger
 	// than it is still read whole. Default 256 KiB.
@@ -196,10 +202,14 @@ const (
 	DefaultBodyReadTimeout = 60 * time.Second
 	DefaultPageBudget      = 256 << 20
 	DefaultMaxStreams      = 10_000
-	DefaultStreamPageBytes = 256 << 10
-	DefaultHeartbeat       = 15 * time.Second
-	DefaultWriteTimeout    = 30 * time.Second
-	DefaultMaxLag          = 100_000
+	// DefaultPrincipalStreams is a principal's cap of long-lived
+	// responses when access control is on and Limits.Streams is 0.
+	DefaultPrincipalStreams = 100
+	DefaultStreamPageBytes  = 256 << 10
+	DefaultMaxViewBytes     = 16 << 20
+	DefaultHeartbeat        = 15 * time.Second
+	DefaultWriteTimeout     = 30 * time.Second
+	DefaultMaxLag           = 100_000
 	// DefaultCoalesceFrom is how many readers of one conversation make
 	// WakeDelay gather its wake-ups.
 	DefaultCoalesceFrom = 500
@@ -239,6 +249,7 @@ type Server struct {
 	mu      sync.Mutex
 	httpSrv *http.Server // set by Serve
 
+	cursors *cursorSeal // the instances listing's
 }
 
 // New builds the server and its routes.
@@ -262,6 +273,9 @@ func New(opts Options) (*Server, error) {
 	if opts.PageBudget <= 0 {
 		opts.PageBudget = DefaultPageBudget
 	}
+	if opts.MaxViewBytes <= 0 {
+		opts.MaxViewBytes = DefaultMaxViewBytes
+	}
 	if opts.StreamPageBytes <= 0 {
 		opts.StreamPageBytes = DefaultStreamPageBytes
 	}
@@ -282,14 +296,21 @@ func New(opts Options) (*Server, error) {
 	}
 	s := &Server{opts: opts, db: opts.Log, log: opts.Logger, closing: make(chan struct{})}
 	s.closingCtx, s.cancelClosing = context.WithCancel(context.Background())
+	var err error
 	if opts.Auth != nil {
+		if opts.Limits.Streams <= 0 {
+			opts.Limits.Streams = DefaultPrincipalStreams
+			s.opts.Limits.Streams = DefaultPrincipalStreams
+		}
 		s.limits = auth.NewLimiter(opts.Limits)
-		var err error
 		if s.streamTokens, err = auth.NewStreamTokens(opts.StreamTokenKey); err != nil {
 			return nil, fmt.Errorf("transport: %w", err)
 		}
 	}
 	s.bodies.limit, s.pages.limit = opts.BodyBudget, opts.PageBudget
+	if s.cursors, err = newCursorSeal(opts.StreamTokenKey); err != nil {
+		return nil, fmt.Errorf("transport: %w", err)
+	}
 
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true

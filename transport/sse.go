@@ -136,6 +136,16 @@ func (w *sseWriter) event(id string, data []byte) {
 	if id != "" {
 		b = append(append(append(b, "id: "...), id...), '\n')
 	}
+	// A large frame without line breaks (a messages view) goes out as it
+	// is, not copied into the scratch buffer, which would then keep its
+	// size for the life of the stream.
+	if len(data) > sseTailBuffer && bytes.IndexAny(data, "\r\n") < 0 {
+		w.write(append(b, "data: "...))
+		w.write(data)
+		w.write([]byte("\n\n"))
+		w.scratch = b[:0]
+		return
+	}
 	for {
 		i := bytes.IndexAny(data, "\r\n")
 		if i < 0 {
@@ -240,6 +250,13 @@ func (w *sseWriter) release() {
 	if w.buf != nil {
 		putBuffer(w.buf)
 		w.buf = nil
+	}
+}
+
+// shrink lets go of a scratch buffer grown by a large frame.
+func (w *sseWriter) shrink() {
+	if cap(w.scratch) > sseBulkBuffer {
+		w.scratch = nil
 	}
 }
 

@@ -52,9 +52,9 @@ func (s *Server) stream(c echo.Context) error {
 	// Each stream holds a connection, a descriptor, for as long as its
 	// reader stays: capped, so that idle readers cannot take the
 	// descriptors that deliveries, health checks and the log need.
-	if n := s.streams.Add(1); n > int64(s.opts.MaxStreams) {
-		s.streams.Add(-1)
-		return overloaded(c, CodeTooManyStreams, "%d streams are open, the most this server takes; retry shortly, or read by polling", s.opts.MaxStreams)
+	endStream, err := s.beginStream(c)
+	if err != nil {
+		return err
 	}
 	// What the stream holds is let go when it ends: here, or in the
 	// stream's own goroutine once it has taken the connection.
@@ -62,7 +62,7 @@ func (s *Server) stream(c echo.Context) error {
 	detached := false
 	defer func() {
 		if !detached {
-			s.streams.Add(-1)
+			endStream()
 			if deltas != nil {
 				deltas.Close()
 			}
@@ -112,12 +112,10 @@ func (s *Server) stream(c echo.Context) error {
 	// background reader) for as long as the reader stays.
 	if conn, err := s.hijackStream(res.Writer, h); err == nil {
 		detached = true
-		slot := takeStreamSlot(c)
 		s.inflight.add(1) // Shutdown waits for the stream, as for a request
 		go func() {
 			defer s.inflight.add(-1)
-			defer s.streams.Add(-1)
-			defer slot.release()
+			defer endStream()
 			if deltas != nil {
 				defer deltas.Close()
 			}
