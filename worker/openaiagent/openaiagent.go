@@ -33,7 +33,7 @@ import (
 	"github.com/openai/openai-go/v3/packages/param"
 	"github.com/openai/openai-go/v3/shared"
 
-	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/projection"
 	"github.com/convlog/convlog/worker"
 	"github.com/convlog/convlog/worker/egress"
@@ -291,7 +291,7 @@ var errStopped = errors.New("the caller stopped")
 // call, as they stream: a call's input is stored as one record, so more
 // than the log's batch limit could never be stored, and a server sending
 // fragments without end must not grow our memory until it stops.
-const maxToolArgs = clog.MaxBatchBytes
+const maxToolArgs = record.MaxBatchBytes
 
 // errArgsTooLarge is the error of a stream whose tool calls outgrew
 // maxToolArgs.
