@@ -89,7 +89,7 @@ func concChecks(t *testing.T, n int) {
 // service's process: the admission fast path (a lingering runner starts
 // the delivery in the admission's own commit) is on.
 func TestConcurrentLifecycleProperty(t *testing.T) {
-	concChecks(t, 12)
+	concChecks(t, 20)
 	svc, _ := testService(t, withConfig(t, concAgents))
 	runConcurrentModel(t, "http://"+svc.Addr(), "l")
 }
@@ -98,7 +98,7 @@ func TestConcurrentLifecycleProperty(t *testing.T) {
 // and the turns in a remote worker (its own NATS connection, the log
 // through the owner): no fast path, aborts and lifecycle changes over NATS.
 func TestConcurrentLifecycleRemoteWorkers(t *testing.T) {
-	concChecks(t, 8)
+	concChecks(t, 12)
 	natsAddr := freeLoopback(t)
 	svc, _ := testService(t, func(c *Config) {
 		withConfig(t, concAgents)(c)
@@ -544,7 +544,9 @@ func runConcurrentModel(t *testing.T, base, prefix string) {
 	}
 	run := 0
 	admitted, checked := 0, readChecks.Load()
-	defer func() { t.Logf("%d submissions, %d of them read on their first completed", admitted, readChecks.Load()-checked) }()
+	defer func() {
+		t.Logf("%d submissions in passing iterations; %d reads on a first completed", admitted, readChecks.Load()-checked)
+	}()
 	rapid.Check(t, func(rt *rapid.T) {
 		run++
 		st := &cstate{c: c}
@@ -1015,7 +1017,7 @@ func (c *child) kill() {
 // interrupted by the next process; readers connect again after the
 // restart (none can stay connected through a kill).
 func TestConcurrentKill9Restart(t *testing.T) {
-	concChecks(t, 4)
+	concChecks(t, 6)
 	data, addr := t.TempDir(), freeLoopback(t)
 	proc := startChild(t, data, addr)
 	t.Cleanup(func() { proc.kill() })
