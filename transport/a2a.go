@@ -737,10 +737,6 @@ func taskStatus(sub log.Submission) a2aStatus {
 	return st
 }
 
-// maxTaskHistory is the most messages a task's history holds: a task here
-// answers one message, so its history is that message and the answer.
-const maxTaskHistory = 2
-
 // historyAll asks taskOf for the whole history (A2A: historyLength absent).
 const historyAll = -1
 

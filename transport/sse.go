@@ -139,7 +139,7 @@ func (w *sseWriter) event(id string, data []byte) {
 	// A large frame without line breaks (a messages view) goes out as it
 	// is, not copied into the scratch buffer, which would then keep its
 	// size for the life of the stream.
-	if len(data) > sseTailBuffer && bytes.IndexAny(data, "\r\n") < 0 {
+	if len(data) > sseTailBuffer && !bytes.ContainsAny(data, "\r\n") {
 		w.write(append(b, "data: "...))
 		w.write(data)
 		w.write([]byte("\n\n"))
