@@ -15,17 +15,8 @@ import (
 // window where the two read paths disagreed (issue 21: "completed" with
 // the conversation showing only the user message).
 func TestStatusNeverAheadOfStream(t *testing.T) {
-	db, err := Open(filepath.Join(t.TempDir(), "convlog.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	testHookCommitted = func() { time.Sleep(2 * time.Millisecond) }
-	defer func() { testHookCommitted = nil }()
+	db, key := openWidened(t)
 	ctx := context.Background()
-	key := Key{Agent: "a", Instance: "i", Session: "s"}
-	_, release := db.Changed(key) // a follower: reads come from the cache
-	defer release()
 	text := func(s string) Record {
 		p, _ := json.Marshal(MessagePayload{Parts: []Part{{Type: PartText, Text: s}}})
 		return EntryRecord(Entry{Type: EntryUserMessage, Payload: p})
@@ -83,17 +74,8 @@ func settledIn(t *testing.T, res ReadResult, id string) bool {
 // its offset: the spurious "prompt_unreadable" ("no records at its
 // offset") on NATS clusters was the same window as above.
 func TestPendingNeverAheadOfStream(t *testing.T) {
-	db, err := Open(filepath.Join(t.TempDir(), "convlog.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	testHookCommitted = func() { time.Sleep(2 * time.Millisecond) }
-	defer func() { testHookCommitted = nil }()
+	db, key := openWidened(t)
 	ctx := context.Background()
-	key := Key{Agent: "a", Instance: "i", Session: "s"}
-	_, release := db.Changed(key)
-	defer release()
 	p, _ := json.Marshal(MessagePayload{Parts: []Part{{Type: PartText, Text: "q"}}})
 	for i := range 20 {
 		done := make(chan error, 1)
@@ -125,4 +107,24 @@ func TestPendingNeverAheadOfStream(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// openWidened opens a log whose committer pauses between bbolt's commit
+// and the tail cache's update, with a follower of key so that reads come
+// from the cache.
+func openWidened(t *testing.T) (*DB, Key) {
+	t.Helper()
+	db, err := Open(filepath.Join(t.TempDir(), "convlog.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testHookCommitted = func() { time.Sleep(2 * time.Millisecond) }
+	key := Key{Agent: "a", Instance: "i", Session: "s"}
+	_, release := db.Changed(key)
+	t.Cleanup(func() {
+		release()
+		testHookCommitted = nil
+		db.Close()
+	})
+	return db, key
 }
