@@ -123,8 +123,8 @@ func openWidened(t *testing.T) (*DB, Key) {
 	_, release := db.Changed(key)
 	t.Cleanup(func() {
 		release()
-		testHookCommitted = nil
 		db.Close()
+		testHookCommitted = nil // after the committer has stopped
 	})
 	return db, key
 }
