@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/convlog/convlog/internal/check"
 	clog "github.com/convlog/convlog/log"
 	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/transport"
@@ -29,8 +31,9 @@ func TestSIGTERMExitsZero(t *testing.T) {
 		outcome         record.Outcome
 		code            string
 	}{
-		// 10 words at 50ms finish well within 60s.
-		{"finishes within the timeout", "60s", "a b c d e f g h i j", record.OutcomeCompleted, ""},
+		// 40 words at 50ms: 2s, long enough to be seen running on a
+		// loaded machine, and well within 60s.
+		{"finishes within the timeout", "60s", strings.Repeat("w ", 40), record.OutcomeCompleted, ""},
 		// 400 words at 50ms take 20s, far past 100ms.
 		{"cut at the timeout", "100ms", strings.Repeat("w ", 400), record.OutcomeFailed, "interrupted"},
 	} {
@@ -51,32 +54,29 @@ func TestSIGTERMExitsZero(t *testing.T) {
 			c := &client.Client{BaseURL: "http://" + addr}
 			ctx := context.Background()
 			var acc transport.Accepted
-			deadline := time.Now().Add(30 * time.Second)
-			for {
+			check.For(t, time.Minute, 20*time.Millisecond, func() error {
 				var err error
 				acc, err = c.Deliver(ctx, "echo", "i", transport.DeliverRequest{Message: transport.Message{Kind: "user", Body: tc.body}, Session: "s"}, "")
-				if err == nil {
-					break
+				if err != nil {
+					return fmt.Errorf("service never answered: %w\n%s", err, out.String())
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("service never answered: %v\n%s", err, out.String())
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+				return nil
+			})
 			// SIGTERM must find the turn running, or the test says nothing
 			// about how a stop settles a running turn.
-			for deadline = time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			check.For(t, time.Minute, 10*time.Millisecond, func() error {
 				sub, err := c.Submission(ctx, "echo", "i", acc.SubmissionID, 0)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if sub.Status == clog.StatusRunning {
-					break
+				if sub.Status.Terminal() {
+					t.Fatalf("submission settled %s before SIGTERM", sub.Status)
 				}
-				if sub.Status.Terminal() || time.Now().After(deadline) {
-					t.Fatalf("submission never seen running: %s", sub.Status)
+				if sub.Status != clog.StatusRunning {
+					return fmt.Errorf("submission is %s, not running", sub.Status)
 				}
-			}
+				return nil
+			})
 			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
