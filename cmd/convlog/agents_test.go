@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/convlog/convlog/internal/check"
 	"github.com/convlog/convlog/transport"
 	"github.com/convlog/convlog/transport/client"
 	"github.com/convlog/convlog/worker/agenttest"
@@ -48,38 +50,34 @@ time.sleep(60)
 	}
 	defer cmd.Process.Kill()
 	c := &client.Client{BaseURL: "http://" + addr}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	check.For(t, time.Minute, 20*time.Millisecond, func() error {
 		_, err := c.Deliver(context.Background(), "slow", "i", transport.DeliverRequest{Message: transport.Message{Kind: "user", Body: "go"}}, "")
-		if err == nil {
-			break
+		if err != nil {
+			return fmt.Errorf("service never answered: %w\n%s", err, out.String())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("service never answered: %v\n%s", err, out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	var pid int
-	for pid == 0 {
+	check.For(t, time.Minute, 10*time.Millisecond, func() error {
 		if b, err := os.ReadFile(pidFile); err == nil && len(b) > 0 {
 			pid, _ = strconv.Atoi(string(b))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the program never started\n%s", out.String())
+		if pid == 0 {
+			return fmt.Errorf("the program never started\n%s", out.String())
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	if err := syscall.Kill(pid, 0); err != nil {
 		t.Fatalf("the program %d is not running: %v", pid, err)
 	}
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
-	for syscall.Kill(pid, 0) == nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("the program %d outlived convlog", pid)
+	check.For(t, 30*time.Second, 10*time.Millisecond, func() error {
+		if syscall.Kill(pid, 0) == nil {
+			return fmt.Errorf("the program %d outlived convlog", pid)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // A bad config file stops serve before it listens, with one line naming
@@ -138,13 +136,12 @@ func TestServeConfigAuthSection(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for post("") == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("serve never listened")
+	check.For(t, time.Minute, 20*time.Millisecond, func() error {
+		if post("") == 0 {
+			return errors.New("serve never listened")
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	if st := post(""); st != http.StatusUnauthorized {
 		t.Fatalf("without a token: %d", st)
 	}

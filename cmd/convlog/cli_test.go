@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -25,6 +26,7 @@ import (
 	"time"
 
 	"github.com/convlog/convlog/internal/auth"
+	"github.com/convlog/convlog/internal/check"
 	"github.com/convlog/convlog/internal/service"
 	"github.com/convlog/convlog/internal/servicetest"
 	clog "github.com/convlog/convlog/log"
@@ -73,12 +75,11 @@ func serveCLIProcess(t *testing.T, bin, addr, data string, extra ...string) *ser
 	}
 	go func() { s.done <- s.cmd.Wait() }()
 	t.Cleanup(func() { s.kill() })
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	check.For(t, time.Minute, 20*time.Millisecond, func() error {
 		resp, err := http.Get("http://" + addr + "/healthz")
 		if err == nil {
 			resp.Body.Close()
-			return s
+			return nil
 		}
 		select {
 		case err := <-s.done:
@@ -86,11 +87,9 @@ func serveCLIProcess(t *testing.T, bin, addr, data string, extra ...string) *ser
 			t.Fatalf("serve exited: %v\n%s", err, s.logs)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve never answered: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("serve never answered: %w", err)
+	})
+	return s
 }
 
 // stop ends the service with SIGTERM and waits for it.
@@ -293,26 +292,24 @@ func TestCLISendFollowExitCodes(t *testing.T) {
 // metrics.
 func waitStreams(t *testing.T, addr string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	check.For(t, time.Minute, 10*time.Millisecond, func() error {
 		resp, err := http.Get("http://" + addr + "/metrics")
 		if err != nil {
 			t.Fatal(err)
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
+		got := 0
 		for _, line := range strings.Split(string(body), "\n") {
 			if v, ok := strings.CutPrefix(line, "convlog_streams_open "); ok {
-				if got, _ := strconv.Atoi(v); got >= n {
-					return
-				}
+				got, _ = strconv.Atoi(v)
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("fewer than %d streams open after 60s", n)
+		if got < n {
+			return fmt.Errorf("%d streams open, want %d", got, n)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // waitRunning reads the submission id that send prints on stderr and
@@ -320,21 +317,23 @@ func waitStreams(t *testing.T, addr string, n int) {
 func waitRunning(t *testing.T, c *client.Client, send *lines) string {
 	t.Helper()
 	re := regexp.MustCompile(`submission (sub_[0-9A-Z]+) admitted`)
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		if m := re.FindStringSubmatch(send.stderr()); m != nil {
-			sub, err := c.Submission(context.Background(), "echo", "codes", m[1], 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if sub.Status == clog.StatusRunning {
-				return m[1]
-			}
+	var id string
+	check.For(t, time.Minute, 10*time.Millisecond, func() error {
+		m := re.FindStringSubmatch(send.stderr())
+		if m == nil {
+			return fmt.Errorf("no submission admitted; stderr %s", send.stderr())
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("no running submission; stderr %s", send.stderr())
-	return ""
+		sub, err := c.Submission(context.Background(), "echo", "codes", m[1], 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sub.Status != clog.StatusRunning {
+			return fmt.Errorf("submission %s is %s, not running; stderr %s", m[1], sub.Status, send.stderr())
+		}
+		id = m[1]
+		return nil
+	})
+	return id
 }
 
 func TestCLILs(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/convlog/convlog/internal/check"
 	"github.com/convlog/convlog/transport"
 	"github.com/convlog/convlog/transport/client"
 	"github.com/convlog/convlog/worker/natsbus"
@@ -70,25 +71,23 @@ func (p *serveProcess) wait(t *testing.T) error {
 // 200, failing if the process exits first.
 func (p *serveProcess) ready(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
+	check.For(t, time.Minute, 50*time.Millisecond, func() error {
 		select {
 		case err := <-p.exited:
 			p.exited <- err
 			t.Fatalf("convlog serve exited: %v\n%s", err, p.stderr.String())
 		default:
 		}
-		if resp, err := http.Get("http://" + p.addr + "/readyz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
+		resp, err := http.Get("http://" + p.addr + "/readyz")
+		if err != nil {
+			return fmt.Errorf("convlog serve on %s never ready: %w", p.addr, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("convlog serve on %s never ready", p.addr)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("convlog serve on %s never ready: /readyz %d", p.addr, resp.StatusCode)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func (p *serveProcess) stop(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/convlog/convlog/internal/check"
 	"github.com/convlog/convlog/internal/servicetest"
 	"github.com/convlog/convlog/transport"
 	"github.com/convlog/convlog/transport/client"
@@ -78,23 +79,19 @@ func (p *proc) stop(t *testing.T) {
 // waitUp polls /healthz until the child answers (or dies).
 func (p *proc) waitUp(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	check.For(t, time.Minute, 20*time.Millisecond, func() error {
 		select {
 		case <-p.done:
 			t.Fatalf("serve exited: %v\n%s", p.err, p.stderr.String())
 		default:
 		}
 		resp, err := http.Get("http://" + p.addr + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			return
+		if err != nil {
+			return fmt.Errorf("serve never answered: %w\n%s", err, p.stderr.String())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve never answered: %v\n%s", err, p.stderr.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		resp.Body.Close()
+		return nil
+	})
 }
 
 // refused runs serve, which must exit 1 by itself with a message that
@@ -398,19 +395,15 @@ func testFullDisk(t *testing.T, bin string) {
 // answers want, within a bound.
 func waitReady(t testing.TB, addr string, want int) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	check.For(t, time.Minute, 50*time.Millisecond, func() error {
 		resp, err := http.Get("http://" + addr + "/readyz")
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		if resp.StatusCode == want {
-			return
+		if resp.StatusCode != want {
+			return fmt.Errorf("/readyz answered %d, want %d", resp.StatusCode, want)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz never answered %d", want)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/convlog/convlog/internal/boltceiling"
+	"github.com/convlog/convlog/internal/check"
 )
 
 func TestMain(m *testing.M) {
@@ -117,19 +118,13 @@ func partition(tb testing.TB, nc *nats.Conn, name string) *Owner {
 	tb.Helper()
 	var o *Owner
 	var err error
-	deadline := time.Now().Add(time.Minute)
-	for {
+	check.For(tb, time.Minute, 100*time.Millisecond, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
 		o, err = Partition(ctx, nc, name, 3)
-		cancel()
-		if err == nil {
-			return o
-		}
-		if time.Now().After(deadline) {
-			tb.Fatal(err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err
+	})
+	return o
 }
 
 // An owner that did not apply the partition's last write is refused by

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/convlog/convlog/internal/check"
 	"github.com/convlog/convlog/internal/config"
 	"github.com/convlog/convlog/internal/servicetest"
 	clog "github.com/convlog/convlog/log"
@@ -366,16 +367,17 @@ func TestOpenAIPromptFollowsTheActivePath(t *testing.T) {
 	r := raw{t, "http://" + svc.Addr()}
 	settle := func(id string) {
 		t.Helper()
-		for deadline := time.Now().Add(30 * time.Second); ; {
+		check.For(t, time.Minute, 10*time.Millisecond, func() error {
 			var s clog.Submission
 			r.must(200, "GET", "/agents/support/u1/submissions/"+id+"?wait=5s", "", &s)
-			if s.Status == clog.StatusCompleted {
-				return
-			}
-			if s.Status.Terminal() || time.Now().After(deadline) {
+			if s.Status.Terminal() && s.Status != clog.StatusCompleted {
 				t.Fatalf("submission %+v", s)
 			}
-		}
+			if s.Status != clog.StatusCompleted {
+				return fmt.Errorf("submission %+v", s)
+			}
+			return nil
+		})
 	}
 	var acc accepted
 	r.must(202, "POST", "/agents/support/u1", `{"message":"the first question"}`, &acc)

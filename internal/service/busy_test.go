@@ -2,9 +2,11 @@ package service
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/convlog/convlog/internal/check"
 	"github.com/convlog/convlog/internal/servicetest"
 	clog "github.com/convlog/convlog/log"
 	"github.com/convlog/convlog/projection"
@@ -39,20 +41,19 @@ func threeQuickPOSTs(t *testing.T, c *client.Client, agent string) (accs []trans
 
 func waitRunning(t *testing.T, c *client.Client, agent, id string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	check.For(t, time.Minute, 5*time.Millisecond, func() error {
 		s, err := c.Submission(context.Background(), agent, "i", id, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if s.Status == clog.StatusRunning {
-			return
-		}
-		if s.Status.Terminal() || time.Now().After(deadline) {
+		if s.Status.Terminal() {
 			t.Fatalf("never running: %+v", s)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		if s.Status != clog.StatusRunning {
+			return fmt.Errorf("never running: %+v", s)
+		}
+		return nil
+	})
 }
 
 // settled waits for every submission and returns the conversation's view.

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/convlog/convlog/internal/check"
 	"github.com/convlog/convlog/internal/servicetest"
 	clog "github.com/convlog/convlog/log"
 	"github.com/convlog/convlog/transport"
@@ -66,18 +68,14 @@ func (b *natsBroker) start() {
 	if err := b.cmd.Start(); err != nil {
 		b.t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	check.For(b.t, 30*time.Second, 20*time.Millisecond, func() error {
 		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", b.port))
-		if err == nil {
-			c.Close()
-			return
+		if err != nil {
+			return fmt.Errorf("nats-server not answering: %w", err)
 		}
-		if time.Now().After(deadline) {
-			b.t.Fatalf("nats-server not answering: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		c.Close()
+		return nil
+	})
 }
 
 func (b *natsBroker) kill() {
@@ -102,13 +100,12 @@ func readyStatus(t testing.TB, addr string) int {
 // answers want, within a bound.
 func waitReady(t testing.TB, addr string, want int) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for readyStatus(t, addr) != want {
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz never answered %d", want)
+	check.For(t, time.Minute, 50*time.Millisecond, func() error {
+		if st := readyStatus(t, addr); st != want {
+			return fmt.Errorf("/readyz answered %d, want %d", st, want)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // With the broker down, admission still succeeds (the bbolt commit is the
@@ -185,20 +182,20 @@ func TestGracefulStop(t *testing.T) {
 				}
 			}()
 			// Admission stops at once.
-			deadline := time.Now().Add(5 * time.Second)
-			for {
+			check.For(t, 30*time.Second, time.Millisecond, func() error {
 				_, err := c.Deliver(context.Background(), "echo", "i",
 					transport.DeliverRequest{Message: transport.Message{Kind: "user", Body: "late"}, Session: "s2"}, "")
 				if client.IsCode(err, transport.CodeShuttingDown) {
-					break
+					return nil
 				}
 				if err != nil && !strings.Contains(err.Error(), "connection refused") {
 					t.Fatalf("delivery during stop: %v", err)
 				}
-				if err != nil || time.Now().After(deadline) {
-					break // the listener is gone already: also refused
+				if err != nil {
+					return nil // the listener is gone already: also refused
 				}
-			}
+				return errors.New("still admitting during the stop")
+			})
 			wg.Wait()
 			// After a restart the submission has its one settlement.
 			svc, err = Start(withDefaults(t, cfg))

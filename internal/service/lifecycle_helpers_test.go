@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -13,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/convlog/convlog/internal/check"
 	clog "github.com/convlog/convlog/log"
 	"github.com/convlog/convlog/projection"
 )
@@ -105,15 +108,16 @@ func (r raw) deliver(instance, session, text string) accepted {
 // settled long-polls a submission until it is terminal.
 func (r raw) settled(instance, id string) clog.Submission {
 	r.t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
-		var s clog.Submission
+	var s clog.Submission
+	check.For(r.t, time.Minute, 10*time.Millisecond, func() error {
+		s = clog.Submission{}
 		r.must(200, "GET", "/agents/echo/"+instance+"/submissions/"+id+"?wait=5s", "", &s)
-		if s.Status.Terminal() {
-			return s
+		if !s.Status.Terminal() {
+			return fmt.Errorf("submission %s is %s", id, s.Status)
 		}
-	}
-	r.t.Fatalf("submission %s not settled in 30s", id)
-	return clog.Submission{}
+		return nil
+	})
+	return s
 }
 
 type page struct {
@@ -275,13 +279,13 @@ func (s *sseReader) snapshot() []clog.Record {
 	return append([]clog.Record(nil), s.records...)
 }
 
-// eventually polls cond until it holds, or fails after 30s.
+// eventually polls cond until it holds, or fails after a minute.
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		if cond() {
-			return
+	check.For(t, time.Minute, 5*time.Millisecond, func() error {
+		if !cond() {
+			return errors.New(what)
 		}
-	}
-	t.Fatalf("%s: not within 30s", what)
+		return nil
+	})
 }

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/convlog/convlog/internal/check"
 	"github.com/convlog/convlog/internal/servicetest"
 )
 
@@ -68,13 +70,12 @@ func TestEmbeddedStoreRevivesAfterFullDisk(t *testing.T) {
 	// JetStream is restarted after the relay has failed for 15 s, and a
 	// publish takes up to 10 s to fail: a bound of its own, past
 	// waitReady's 30 s, so that a loaded machine does not fail the test.
-	deadline := time.Now().Add(2 * time.Minute)
-	for readyStatus(t, svc.Addr()) != http.StatusOK {
-		if time.Now().After(deadline) {
-			t.Fatal("/readyz never ready again")
+	check.For(t, 2*time.Minute, 100*time.Millisecond, func() error {
+		if st := readyStatus(t, svc.Addr()); st != http.StatusOK {
+			return fmt.Errorf("/readyz never ready again: %d", st)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 	if !strings.Contains(logs.String(), "embedded JetStream restarted") {
 		t.Fatalf("ready without a restart:\n%s", logs.String())
 	}

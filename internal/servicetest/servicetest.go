@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/convlog/convlog/internal/check"
 	clog "github.com/convlog/convlog/log"
 	"github.com/convlog/convlog/transport"
 	"github.com/convlog/convlog/transport/client"
@@ -38,8 +40,8 @@ func Deliver(t testing.TB, c *client.Client, agent, instance, session, text stri
 func ReadUntilSettled(t testing.TB, c *client.Client, agent, instance, session string, offset clog.Offset, subID string) []clog.Record {
 	t.Helper()
 	var out []clog.Record
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	// No sleep between calls: the long poll below does the waiting.
+	check.For(t, time.Minute, 0, func() error {
 		res, err := c.Read(context.Background(), agent, instance, session, offset, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -54,7 +56,7 @@ func ReadUntilSettled(t testing.TB, c *client.Client, agent, instance, session s
 		offset = res.NextOffset
 		for _, r := range out {
 			if r.Kind == clog.KindEntry && r.Entry.Type == clog.EntrySettlement && r.Entry.SubmissionID == subID {
-				return out
+				return nil
 			}
 		}
 		if res.UpToDate {
@@ -63,9 +65,9 @@ func ReadUntilSettled(t testing.TB, c *client.Client, agent, instance, session s
 				t.Fatal(err)
 			}
 		}
-	}
-	t.Fatalf("no settlement for %s in 30s; read %d records", subID, len(out))
-	return nil
+		return fmt.Errorf("no settlement for %s; read %d records", subID, len(out))
+	})
+	return out
 }
 
 // MountTmpfs mounts a tmpfs of size ("64m") for the test, unmounted at

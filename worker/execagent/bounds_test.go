@@ -2,6 +2,7 @@ package execagent_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/convlog/convlog/internal/check"
 	"github.com/convlog/convlog/worker"
 	"github.com/convlog/convlog/worker/agentwire"
 	"github.com/convlog/convlog/worker/execagent"
@@ -19,13 +21,12 @@ import (
 // waitGone polls until pid is no more (or fails the test).
 func waitGone(t *testing.T, pid int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for syscall.Kill(pid, 0) == nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("process %d still alive", pid)
+	check.For(t, 30*time.Second, 10*time.Millisecond, func() error {
+		if syscall.Kill(pid, 0) == nil {
+			return fmt.Errorf("process %d still alive", pid)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // A program that exits without a terminal event fails its turn when it

@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -143,11 +142,5 @@ time.sleep(60)
 		t.Fatal(err)
 	}
 	pid, _ := strconv.Atoi(string(b))
-	deadline := time.Now().Add(10 * time.Second)
-	for syscall.Kill(pid, 0) == nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("grandchild %d still alive", pid)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitGone(t, pid)
 }

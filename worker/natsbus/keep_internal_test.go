@@ -2,6 +2,7 @@ package natsbus
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/convlog/convlog/internal/check"
 	clog "github.com/convlog/convlog/log"
 )
 
@@ -74,9 +76,12 @@ func TestKeepRetriesWithinTTL(t *testing.T) {
 	var lost atomic.Value
 	done := make(chan struct{})
 	go func() { defer close(done); ls.Keep(ctx, func(err error) { lost.Store(err) }) }()
-	for f.updates.Load() < 8 && lost.Load() == nil {
-		time.Sleep(20 * time.Millisecond)
-	}
+	check.For(t, time.Minute, 20*time.Millisecond, func() error {
+		if n := f.updates.Load(); n < 8 && lost.Load() == nil {
+			return fmt.Errorf("%d renewals, want 8", n)
+		}
+		return nil
+	})
 	cancel()
 	<-done
 	if err := lost.Load(); err != nil {

@@ -96,7 +96,9 @@ func TestTwoPoolsNeverOverlap(t *testing.T) {
 // A lease held by a live worker elsewhere keeps the session's turns off
 // until it lapses.
 func TestLeaseHeldElsewhereLapses(t *testing.T) {
-	r := startRig(t, nil)
+	// A sweep every 50ms makes the pool retry the held session, so the
+	// test can wait for refusals instead of sleeping.
+	r := startRigWith(t, t.TempDir(), nil, rigOptions{sweep: 50 * time.Millisecond})
 	key := clog.Key{Agent: "echo", Instance: "i", Session: "held"}
 	js, err := jetstream.New(r.nc)
 	if err != nil {
@@ -115,10 +117,29 @@ func TestLeaseHeldElsewhereLapses(t *testing.T) {
 	if _, err := kv.Create(ctx, leaseKey, []byte("another-host 1 01ARZ3NDEKTSV4RRFFQ69G5FAV")); err != nil {
 		t.Fatal(err)
 	}
+	// Each try to take the lease publishes to its KV subject, which a
+	// plain subscriber sees whether or not the bucket takes the write.
+	tries, err := r.nc.SubscribeSync("$KV.convlog_leases." + leaseKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	sub := r.admit(t, key, "wait for me")
-	time.Sleep(300 * time.Millisecond)
-	if s, _ := r.db.Submission(ctx, sub.ID); s.Status != clog.StatusAdmitted {
-		t.Fatalf("ran while another worker held the lease: %+v", s)
+	// Three tries (the doorbell, then sweeps): the earlier ones have been
+	// refused and acted on, so a pool that ran the turn anyway would have.
+	for i := range 3 {
+		_, err := tries.NextMsg(time.Minute)
+		if s, _ := r.db.Submission(ctx, sub.ID); s.Status != clog.StatusAdmitted {
+			t.Fatalf("ran while another worker held the lease: %+v", s)
+		}
+		if err != nil {
+			t.Fatalf("try %d to take the lease: %v", i+1, err)
+		}
+	}
+	if err := tries.Unsubscribe(); err != nil {
+		t.Fatal(err)
 	}
 	// The other worker finishes (or its lease lapses): the sweep or the
 	// next doorbell runs the session.

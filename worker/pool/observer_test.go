@@ -3,12 +3,14 @@ package pool_test
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/convlog/convlog/internal/check"
 	clog "github.com/convlog/convlog/log"
 	"github.com/convlog/convlog/worker/pool"
 )
@@ -82,19 +84,15 @@ func TestObserverSeesTurnsRunningAndLeaseLoss(t *testing.T) {
 	}
 	// The settlement is committed just before the turn reports its end
 	// and leaves the running set.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	check.For(t, 30*time.Second, 5*time.Millisecond, func() error {
 		turns, lost := obs.seen()
 		running, subs := r.pool.Running()
 		if len(turns) == 2 && running == 0 && subs == 0 {
 			if lost != 1 || turns[0] != "block/completed" || turns[1] != "block/failed" {
 				t.Fatalf("observer saw turns %v, %d lease losses", turns, lost)
 			}
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("observer saw turns %v, %d lease losses; running %d/%d", turns, lost, running, subs)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return fmt.Errorf("observer saw turns %v, %d lease losses; running %d/%d", turns, lost, running, subs)
+	})
 }

@@ -3,12 +3,14 @@ package pool_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/convlog/convlog/internal/check"
 	clog "github.com/convlog/convlog/log"
 	"github.com/convlog/convlog/worker/pool"
 )
@@ -45,13 +47,16 @@ func TestPurgeRacingARunningTurnIsQuiet(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.release <- struct{}{}
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(logs.String(), "purged under a running turn") {
-		if strings.Contains(logs.String(), "level=ERROR") || time.Now().After(deadline) {
-			t.Fatalf("the turn did not end quietly:\n%s", logs.String())
+	check.For(t, 30*time.Second, 10*time.Millisecond, func() error {
+		out := logs.String()
+		if strings.Contains(out, "level=ERROR") {
+			t.Fatalf("the turn did not end quietly:\n%s", out)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		if !strings.Contains(out, "purged under a running turn") {
+			return fmt.Errorf("the turn did not end quietly:\n%s", out)
+		}
+		return nil
+	})
 	r.stop()
 	if out := logs.String(); strings.Contains(out, "level=ERROR") {
 		t.Fatalf("an error was logged:\n%s", out)

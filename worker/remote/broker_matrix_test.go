@@ -94,7 +94,7 @@ func (v violations) handler(_ *nats.Conn, _ *nats.Subscription, err error) {
 // refusedFor waits for the broker's refusal naming subject.
 func (v violations) refusedFor(t *testing.T, subject string) {
 	t.Helper()
-	deadline := time.After(10 * time.Second)
+	deadline := time.After(time.Minute)
 	for {
 		select {
 		case err := <-v:

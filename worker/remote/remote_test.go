@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/convlog/convlog/internal/check"
 	clog "github.com/convlog/convlog/log"
 	"github.com/convlog/convlog/worker/natsbus"
 	"github.com/convlog/convlog/worker/pool"
@@ -82,13 +83,12 @@ func startOwnerOn(t *testing.T, emb *natsbus.Embedded) *owner {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+	check.For(t, time.Minute, 10*time.Millisecond, func() error {
+		if !cond() {
+			return errors.New("waiting for " + what)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // startWorker runs a remote worker's pool on its own connection.
