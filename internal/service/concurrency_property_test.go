@@ -1,7 +1,6 @@
 package service
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -432,26 +431,12 @@ func (h *histReader) session(ctx context.Context, c cclient, first bool, connect
 	h.inc, h.lastID, h.cur = "", "", nil
 	h.mu.Unlock()
 	fresh := true // the first records of a connection replace what an earlier one saw
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 64<<20)
-	var id string
-	var data bytes.Buffer
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.HasPrefix(line, "id: "):
-			id = line[4:]
-		case strings.HasPrefix(line, "data: "):
-			data.WriteString(line[6:])
-		case line == "" && data.Len() > 0:
-			if h.frame(id, data.Bytes(), &fresh) {
-				return true, nil
-			}
-			id = ""
-			data.Reset()
-		}
-	}
-	return false, sc.Err()
+	ended = false
+	err = scanSSE(resp.Body, func(id string, data []byte) bool {
+		ended = h.frame(id, data, &fresh)
+		return ended
+	})
+	return ended, err
 }
 
 func (h *histReader) frame(id string, data []byte, fresh *bool) (ended bool) {

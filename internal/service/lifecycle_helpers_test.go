@@ -215,29 +215,38 @@ func follow(t testing.TB, base, instance, session string) *sseReader {
 	go func() {
 		defer close(s.done)
 		defer resp.Body.Close()
-		sc := bufio.NewScanner(resp.Body)
-		sc.Buffer(make([]byte, 1<<20), 64<<20)
-		var id string
-		var data bytes.Buffer
-		for sc.Scan() {
-			line := sc.Text()
-			switch {
-			case strings.HasPrefix(line, "id: "):
-				id = line[4:]
-			case strings.HasPrefix(line, "data: "):
-				data.WriteString(line[6:])
-			case line == "" && data.Len() > 0:
-				s.frame(id, data.Bytes())
-				id = ""
-				data.Reset()
-			}
-		}
+		err := scanSSE(resp.Body, func(id string, data []byte) bool { s.frame(id, data); return false })
 		s.mu.Lock()
-		s.err = sc.Err()
+		s.err = err
 		s.mu.Unlock()
 	}()
 	t.Cleanup(func() { cancel(); <-s.done })
 	return s
+}
+
+// scanSSE calls frame with each event's id and data until frame returns
+// true (then nil), or the stream ends (its read error).
+func scanSSE(r io.Reader, frame func(id string, data []byte) (stop bool)) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	var id string
+	var data bytes.Buffer
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "id: "):
+			id = line[4:]
+		case strings.HasPrefix(line, "data: "):
+			data.WriteString(line[6:])
+		case line == "" && data.Len() > 0:
+			if frame(id, data.Bytes()) {
+				return nil
+			}
+			id = ""
+			data.Reset()
+		}
+	}
+	return sc.Err()
 }
 
 func (s *sseReader) frame(id string, data []byte) {
