@@ -145,7 +145,7 @@ func textPart(s string) a2aPart { return a2aPart{Text: &s} }
 
 // a2aCard is GET /a2a/:agent/.well-known/agent-card.json.
 func (s *Server) a2aCard(c echo.Context) error {
-	agent, _, err := s.adapterAgent(c)
+	agent, err := s.adapterAgent(c)
 	if err != nil {
 		return err
 	}
@@ -159,8 +159,8 @@ func (s *Server) a2aDefaultCard(c echo.Context) error {
 	if agent == "" {
 		return apiErr(http.StatusNotFound, CodeNotFound, "no default A2A agent is configured (see --a2a-default-agent); the cards are at /a2a/<agent>/.well-known/agent-card.json")
 	}
-	if _, ok := s.opts.Agents.Agent(agent); !ok {
-		return apiErr(http.StatusNotFound, CodeNotFound, "no agent named %q", agent)
+	if err := s.agentExists(agent); err != nil {
+		return err
 	}
 	return s.writeCard(c, agent)
 }
@@ -211,7 +211,7 @@ func (s *Server) a2aRPC(c echo.Context) error {
 	if p, ok := PrincipalOf(c); ok && !p.AllowsAgent(auth.VerbRead, agent) && !p.AllowsAgent(auth.VerbDeliver, agent) {
 		return forbidden()
 	}
-	policy, err := s.agentPolicy(agent)
+	err = s.agentExists(agent)
 	if err != nil {
 		return err
 	}
@@ -249,7 +249,7 @@ func (s *Server) a2aRPC(c echo.Context) error {
 	if v := strings.TrimSpace(c.Request().Header.Get(a2aVersionHeader)); v != "" && v != "1" && !strings.HasPrefix(v, "1.") {
 		return s.rpcReply(c, req.ID, nil, rpcErr(a2aVersionNotSupported, "A2A version %q is not supported; this server speaks %s", v, a2aVersion))
 	}
-	a := a2aCall{s: s, c: c, agent: agent, policy: policy, id: req.ID, params: req.Params}
+	a := a2aCall{s: s, c: c, agent: agent, id: req.ID, params: req.Params}
 	var result any
 	var rerr *rpcError
 	switch req.Method {
@@ -418,7 +418,7 @@ func (a *a2aCall) admitMessage() (log.Key, log.Submission, DeltaCursor, bool, bo
 	}
 	key := log.Key{Agent: a.agent, Instance: contextID, Session: log.DefaultSession}
 	cur := a.s.followDeltas(a.ctx(), key)
-	sub, replayed, err := a.s.admitMessage(a.c, adapterAdmission{key: key, policy: a.policy, payload: payload, idemScope: "a2a", idemID: m.MessageID})
+	sub, replayed, err := a.s.admitMessage(a.c, adapterAdmission{key: key, payload: payload, idemScope: "a2a", idemID: m.MessageID})
 	if err != nil {
 		if cur != nil {
 			cur.Close()
@@ -561,10 +561,7 @@ func (a *a2aCall) cancelTask() (any, *rpcError) {
 	if err := a.s.allowConversation(a.c, sub.Key.Agent, sub.Key.Instance, auth.VerbAbort); err != nil {
 		return nil, a.deny(err)
 	}
-	if a.s.opts.Abort == nil {
-		return nil, rpcErr(a2aUnsupportedOperation, "this server cannot cancel tasks")
-	}
-	if _, err := a.s.opts.Abort(a.ctx(), p.ID); err != nil {
+	if _, err := a.s.opts.Conversations.Abort(a.ctx(), p.ID); err != nil {
 		if errors.Is(err, log.ErrSubmissionSettled) {
 			return nil, rpcErr(a2aTaskNotCancelable, "the task is already in a terminal state")
 		}

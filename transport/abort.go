@@ -1,10 +1,7 @@
 package transport
 
 import (
-	"fmt"
 	"net/http"
-
-	"github.com/convlog/convlog/log"
 
 	"github.com/labstack/echo/v4"
 )
@@ -23,15 +20,8 @@ func (s *Server) abort(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if sub, err = s.opts.Abort(c.Request().Context(), sub.ID); err != nil {
+	if sub, err = s.opts.Conversations.Abort(c.Request().Context(), sub.ID); err != nil {
 		return err
-	}
-	if sub.Status.Terminal() && sub.Status != log.StatusAborted {
-		// The turn settled otherwise (completed, failed) before the abort
-		// reached it: the abort lost the race and changed nothing, as for
-		// a submission that was already settled when it came.
-		return &APIError{Status: http.StatusConflict, Code: CodeAlreadySettled, Cause: log.ErrSubmissionSettled,
-			Message: fmt.Sprintf("the submission settled %s before the abort took effect", sub.Status)}
 	}
 	return writeJSON(c, http.StatusOK, sub)
 }

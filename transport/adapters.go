@@ -20,7 +20,7 @@ import (
 
 // adapterAgentName is the :agent parameter, checked as a name. Whether the
 // agent exists is asked only after the caller's scopes allow the
-// conversation (agentPolicy), so that a refusal says nothing of it.
+// conversation (agentExists), so that a refusal says nothing of it.
 func adapterAgentName(c echo.Context) (string, error) {
 	agent := pathParam(c, "agent")
 	if err := log.ValidateName(agent); err != nil {
@@ -29,23 +29,19 @@ func adapterAgentName(c echo.Context) (string, error) {
 	return agent, nil
 }
 
-// agentPolicy is the agent's busy policy, or 404 when it does not exist.
-func (s *Server) agentPolicy(agent string) (string, error) {
-	policy, ok := s.opts.Agents.Agent(agent)
-	if !ok {
-		return "", apiErr(http.StatusNotFound, CodeNotFound, "no agent named %q", agent)
-	}
-	return policy, nil
+// agentExists is nil when the agent is served, else a 404.
+func (s *Server) agentExists(agent string) error {
+	_, err := s.opts.Conversations.Agent(agent)
+	return err
 }
 
-// adapterAgent is adapterAgentName and agentPolicy together, for the
+// adapterAgent is adapterAgentName and agentExists together, for the
 // routes whose caller needs no scope (the A2A cards).
-func (s *Server) adapterAgent(c echo.Context) (agent, policy string, err error) {
+func (s *Server) adapterAgent(c echo.Context) (agent string, err error) {
 	if agent, err = adapterAgentName(c); err != nil {
-		return "", "", err
+		return "", err
 	}
-	policy, err = s.agentPolicy(agent)
-	return agent, policy, err
+	return agent, s.agentExists(agent)
 }
 
 // validInstance checks a client-chosen conversation id (a chat id, a thread
@@ -60,7 +56,6 @@ func validInstance(what, id string) error {
 // adapterAdmission is a user message an adapter admits.
 type adapterAdmission struct {
 	key     log.Key
-	policy  string
 	payload log.MessagePayload
 	// idem makes a retry of the same client message (same client id) return
 	// the first admission: the scope ("ai-sdk", "ag-ui", "a2a") and the
@@ -70,8 +65,8 @@ type adapterAdmission struct {
 	subID string
 }
 
-// admitMessage admits the message durably, as deliver does: the same
-// claim, the same outbox kick, the same idempotency.
+// admitMessage admits the message durably, as deliver does: through the
+// conversation core, with the same idempotency.
 func (s *Server) admitMessage(c echo.Context, a adapterAdmission) (log.Submission, bool, error) {
 	ctx := c.Request().Context()
 	if s.stopAd.Load() {
@@ -87,7 +82,7 @@ func (s *Server) admitMessage(c echo.Context, a adapterAdmission) (log.Submissio
 	if err != nil {
 		return log.Submission{}, false, badRequest("the message cannot be stored: %v", err)
 	}
-	adm := log.Admission{Key: a.key, SubmissionID: a.subID, Records: []log.Record{rec}, RejectIfBusy: a.policy == PolicyReject}
+	adm := log.Admission{Key: a.key, SubmissionID: a.subID, Records: []log.Record{rec}}
 	if a.idemID != "" {
 		// Client ids are free text: hashed into a key of bounded, safe
 		// characters, scoped by adapter and conversation.
@@ -98,14 +93,7 @@ func (s *Server) admitMessage(c echo.Context, a adapterAdmission) (log.Submissio
 		// a message id gets a 422, never the first caller's answer.
 		adm.RequestHash = requestHash(a.key.Agent, a.key.Instance, principal.Issuer+"\x00"+principal.Subject, p)
 	}
-	sub, replayed, err := s.admit(ctx, adm)
-	if err != nil {
-		return sub, false, err
-	}
-	if !replayed && s.opts.Admitted != nil {
-		s.opts.Admitted(sub)
-	}
-	return sub, replayed, nil
+	return s.opts.Conversations.Admit(ctx, adm)
 }
 
 // openSSE starts an event-stream response with extra headers and returns

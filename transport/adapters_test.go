@@ -416,7 +416,7 @@ func TestA2AStreamGolden(t *testing.T) {
 func TestA2AMethods(t *testing.T) {
 	aborted := make(chan string, 1)
 	var e *env
-	e = newEnv(t, func(o *transport.Options) {
+	e = newEnv(t, func(o *envConfig) {
 		o.A2ADefaultAgent = "echo"
 		o.Abort = func(ctx context.Context, id string) (log.Submission, error) {
 			sub, err := e.db.Submission(ctx, id)
@@ -531,7 +531,7 @@ func TestA2AMethods(t *testing.T) {
 
 // The adapters' routes answer CORS preflights.
 func TestAdapterCORS(t *testing.T) {
-	e := newEnv(t, func(o *transport.Options) { o.CORSOrigins = []string{"https://chat.example"} })
+	e := newEnv(t, func(o *envConfig) { o.CORSOrigins = []string{"https://chat.example"} })
 	for _, path := range []string{"/ai-sdk/echo", "/ai-sdk/echo/c1/stream", "/ag-ui/echo", "/a2a/echo", "/a2a/echo/.well-known/agent-card.json"} {
 		status, h, _ := e.do(t, http.MethodOptions, path, nil, map[string]string{
 			"Origin": "https://chat.example", "Access-Control-Request-Method": "POST",
@@ -549,7 +549,7 @@ func TestAdapterCORS(t *testing.T) {
 }
 
 func TestStreamNDJSON(t *testing.T) {
-	e := newEnv(t, func(o *transport.Options) { o.Heartbeat = 20 * time.Millisecond })
+	e := newEnv(t, func(o *envConfig) { o.Heartbeat = 20 * time.Millisecond })
 	key := log.Key{Agent: "echo", Instance: "nd", Session: "default"}
 	if _, err := e.db.Append(context.Background(), key, userText("one")); err != nil {
 		t.Fatal(err)
@@ -830,7 +830,7 @@ func (l *countingLog) Submission(ctx context.Context, id string) (log.Submission
 // context, which made a call of 4,000 tasks take 4 s.
 func TestA2AListTasksPaged(t *testing.T) {
 	var cl *countingLog
-	e := newEnv(t, func(o *transport.Options) {
+	e := newEnv(t, func(o *envConfig) {
 		cl = &countingLog{DB: o.Log.(*log.DB)}
 		o.Log = cl
 	})

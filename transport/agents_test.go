@@ -6,12 +6,11 @@ import (
 	"testing"
 
 	"github.com/convlog/convlog/internal/auth"
-	"github.com/convlog/convlog/transport"
 	"github.com/convlog/convlog/worker"
 )
 
 func withAgentList(list ...worker.AgentInfo) envOption {
-	return func(o *transport.Options) { o.ListAgents = func() []worker.AgentInfo { return list } }
+	return func(o *envConfig) { o.ListAgents = list }
 }
 
 // GET /agents names the agents, with access control only those the

@@ -118,7 +118,7 @@ func (s *Server) agUIRun(c echo.Context) error {
 	if err := s.allowConversation(c, agent, in.ThreadID, auth.VerbDeliver, auth.VerbRead); err != nil {
 		return err
 	}
-	policy, err := s.agentPolicy(agent)
+	err = s.agentExists(agent)
 	if err != nil {
 		return err
 	}
@@ -137,7 +137,7 @@ func (s *Server) agUIRun(c echo.Context) error {
 	}
 	// The run id is not part of the idempotency: a client retrying a run
 	// may well mint a new one for the same message.
-	sub, replayed, err := s.admitMessage(c, adapterAdmission{key: key, policy: policy, payload: payload, idemScope: "ag-ui", idemID: msgID})
+	sub, replayed, err := s.admitMessage(c, adapterAdmission{key: key, payload: payload, idemScope: "ag-ui", idemID: msgID})
 	if err != nil {
 		return err
 	}

@@ -125,7 +125,7 @@ func (s *Server) aiSDKChat(c echo.Context) error {
 	if err := s.allowConversation(c, agent, chatID, auth.VerbDeliver, auth.VerbRead); err != nil {
 		return err
 	}
-	policy, err := s.agentPolicy(agent)
+	err = s.agentExists(agent)
 	if err != nil {
 		return err
 	}
@@ -143,7 +143,7 @@ func (s *Server) aiSDKChat(c echo.Context) error {
 	if cur != nil {
 		defer cur.Close()
 	}
-	sub, replayed, err := s.admitMessage(c, adapterAdmission{key: key, policy: policy, payload: payload, idemScope: "ai-sdk", idemID: msgID})
+	sub, replayed, err := s.admitMessage(c, adapterAdmission{key: key, payload: payload, idemScope: "ai-sdk", idemID: msgID})
 	if err != nil {
 		return err
 	}
@@ -172,7 +172,7 @@ func (s *Server) aiSDKResume(c echo.Context) error {
 	if err := s.allowConversation(c, agent, chatID, auth.VerbRead); err != nil {
 		return err
 	}
-	if _, err := s.agentPolicy(agent); err != nil {
+	if err := s.agentExists(agent); err != nil {
 		return err
 	}
 	ctx := c.Request().Context()
@@ -204,9 +204,6 @@ func (s *Server) aiSDKResume(c echo.Context) error {
 // POST …/regenerate does), and the new answer streams. The assistant
 // message id the SDK names makes a retry idempotent.
 func (s *Server) aiSDKRegenerate(c echo.Context, agent, chatID, msgID string) error {
-	if s.lc == nil {
-		return badRequest("regenerate-message needs conversation rewinds, which this server's log does not offer; send the message again instead")
-	}
 	if s.stopAd.Load() {
 		return apiErr(http.StatusServiceUnavailable, CodeShuttingDown, "the server is shutting down and changes nothing")
 	}
@@ -214,7 +211,7 @@ func (s *Server) aiSDKRegenerate(c echo.Context, agent, chatID, msgID string) er
 	if err := s.allowConversation(c, agent, chatID, auth.VerbManage, auth.VerbRead); err != nil {
 		return err
 	}
-	if _, err := s.agentPolicy(agent); err != nil {
+	if err := s.agentExists(agent); err != nil {
 		return err
 	}
 	endStream, err := s.beginStream(c)
@@ -242,7 +239,7 @@ func (s *Server) aiSDKRegenerate(c echo.Context, agent, chatID, msgID string) er
 	if cur != nil {
 		defer cur.Close()
 	}
-	res, replayed, err := s.lc.sessionChange(c, ch, true)
+	res, replayed, err := s.opts.Conversations.Change(ctx, ch)
 	if err != nil {
 		return err
 	}
@@ -256,8 +253,6 @@ func (s *Server) aiSDKRegenerate(c echo.Context, agent, chatID, msgID string) er
 			return err
 		}
 		fresh = sub.Status == log.StatusAdmitted
-	} else if s.opts.Admitted != nil {
-		s.opts.Admitted(sub)
 	}
 	return s.aiSDKServe(c, key, sub, cur, fresh)
 }

@@ -171,7 +171,7 @@ func (s *Server) authenticate(c echo.Context, rule access) (auth.Principal, erro
 // conversation, for EventSource (?access_token=). Without access control
 // there is nothing to issue: the token is empty and the URL plain.
 func (s *Server) streamToken(c echo.Context) error {
-	agent, instance, _, err := s.instance(c)
+	agent, instance, err := s.instance(c)
 	if err != nil {
 		return err
 	}

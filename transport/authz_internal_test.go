@@ -8,12 +8,28 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/convlog/convlog/internal/conversation"
 	"github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/worker"
 )
 
-type noAgents struct{}
+// noConversations serves no agent: the test only lists routes.
+type noConversations struct{}
 
-func (noAgents) Agent(string) (string, bool) { return "", false }
+func (noConversations) Agent(name string) (worker.AgentOptions, error) {
+	return worker.AgentOptions{}, conversation.ErrUnknownAgent
+}
+func (noConversations) Agents() []worker.AgentInfo { return nil }
+func (noConversations) Admit(context.Context, log.Admission) (log.Submission, bool, error) {
+	return log.Submission{}, false, conversation.ErrUnknownAgent
+}
+func (noConversations) Abort(context.Context, string) (log.Submission, error) {
+	return log.Submission{}, log.ErrSubmissionNotFound
+}
+func (noConversations) AbortSession(context.Context, log.Key) error { return nil }
+func (noConversations) Change(context.Context, log.Change) (log.ChangeResult, bool, error) {
+	return log.ChangeResult{}, false, conversation.ErrUnknownAgent
+}
 
 // Every route the server registers has an access rule: with access control
 // on, a route without one would be closed to everyone by default, and this
@@ -24,8 +40,8 @@ func TestEveryRouteHasAnAccessRule(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	s, err := New(Options{Log: db, Agents: noAgents{}, Abort: func(ctx context.Context, id string) (log.Submission, error) { return log.Submission{}, nil },
-		Metrics: http.NotFoundHandler(), Backup: func(context.Context, func(int64) (io.Writer, error)) (int64, error) { return 0, nil },
+	s, err := New(Options{Log: db, Conversations: noConversations{},
+		Metrics: http.NotFoundHandler(), Backup: db,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

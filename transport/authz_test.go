@@ -35,7 +35,7 @@ func staticTokens(t *testing.T, tokens map[string][]string) *auth.Authenticator 
 }
 
 func withAuth(a transport.Authenticator, l auth.Limits) envOption {
-	return func(o *transport.Options) { o.Auth, o.Limits = a, l }
+	return func(o *envConfig) { o.Auth, o.Limits = a, l }
 }
 
 // The matrix: every principal against every route, on a conversation that
@@ -52,7 +52,7 @@ func TestAccessMatrix(t *testing.T) {
 		"otherapp": {"read:strict/*", "deliver:strict/*"},
 	})
 	// With an abort, so that its route is registered and in the matrix.
-	e := newEnv(t, withAuth(a, auth.Limits{}), func(o *transport.Options) {
+	e := newEnv(t, withAuth(a, auth.Limits{}), func(o *envConfig) {
 		o.Abort = func(context.Context, string) (log.Submission, error) {
 			return log.Submission{}, log.ErrSubmissionNotFound
 		}
@@ -342,7 +342,7 @@ func TestStreamEndsWhenItsTokenExpires(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newEnv(t, withAuth(a, auth.Limits{}), func(o *transport.Options) { o.StreamTokenKey = key; o.Heartbeat = 20 * time.Millisecond })
+	e := newEnv(t, withAuth(a, auth.Limits{}), func(o *envConfig) { o.StreamTokenKey = key; o.Heartbeat = 20 * time.Millisecond })
 	tok, _ := st.Issue(auth.Principal{Subject: "alice"}, auth.Conversation{Agent: "echo", Instance: "i", Session: "default"}, time.Now(), 1100*time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -46,7 +46,7 @@ func dial(t testing.TB, addr string) net.Conn {
 // request_timeout (JSON) and its connection closed; before, the handler
 // waited for the rest for ever.
 func TestBodyReadTimeout(t *testing.T) {
-	e := newEnv(t, func(o *transport.Options) { o.BodyReadTimeout = 200 * time.Millisecond })
+	e := newEnv(t, func(o *envConfig) { o.BodyReadTimeout = 200 * time.Millisecond })
 	conn := dial(t, e.ts.Listener.Addr().String())
 	fmt.Fprintf(conn, "POST /agents/echo/i1 HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"message\":")
 	resp, b := rawResponse(t, conn)
@@ -66,7 +66,7 @@ func TestBodyReadTimeout(t *testing.T) {
 // overloaded with Retry-After, and once the holders are gone it passes.
 func TestBodyBudget(t *testing.T) {
 	const maxBody = 64 << 10
-	e := newEnv(t, func(o *transport.Options) {
+	e := newEnv(t, func(o *envConfig) {
 		o.MaxBody = maxBody
 		o.BodyBudget = 100 << 10
 	})
@@ -123,7 +123,7 @@ func expectOverloaded(t *testing.T, e *env, body string) {
 // by a client that does not read, another large read is 503 overloaded
 // with Retry-After, while a small one passes.
 func TestPageBudget(t *testing.T) {
-	e := newEnv(t, func(o *transport.Options) { o.PageBudget = 16 << 20 })
+	e := newEnv(t, func(o *envConfig) { o.PageBudget = 16 << 20 })
 	ctx := testCtx(t)
 	big := strings.Repeat("x", 4<<20)
 	if _, err := e.db.Append(ctx, streamKey, userText(big), assistantText(big), assistantText(big)); err != nil {
@@ -162,7 +162,7 @@ func TestPageBudget(t *testing.T) {
 // A stream reads small pages (StreamPageBytes), so a stalled reader holds
 // little; the stream is still complete and in order.
 func TestStreamSmallPages(t *testing.T) {
-	e := newEnv(t, func(o *transport.Options) { o.StreamPageBytes = 1024 })
+	e := newEnv(t, func(o *envConfig) { o.StreamPageBytes = 1024 })
 	ctx := testCtx(t)
 	var want []log.Offset
 	for i := range 40 {

@@ -20,7 +20,7 @@ const (
 // the stream from offset, as log.ReadResult's JSON. With live=long-poll it
 // waits (timeout=, default 30s) until there are records after offset.
 func (s *Server) conversation(c echo.Context) error {
-	agent, instance, _, err := s.instance(c)
+	agent, instance, err := s.instance(c)
 	if err != nil {
 		return err
 	}

@@ -6,11 +6,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/convlog/convlog/transport"
 )
 
 func TestCORS(t *testing.T) {
-	e := newEnv(t, func(o *transport.Options) { o.CORSOrigins = []string{"https://chat.example"} })
+	e := newEnv(t, func(o *envConfig) { o.CORSOrigins = []string{"https://chat.example"} })
 	status, h, _ := e.do(t, http.MethodOptions, "/agents/echo/i1", nil, map[string]string{
 		"Origin": "https://chat.example", "Access-Control-Request-Method": "POST",
 		"Access-Control-Request-Headers": "content-type,idempotency-key",
@@ -45,7 +44,7 @@ func TestCORSDocumented(t *testing.T) {
 	_, section, _ := strings.Cut(string(doc), "For an allowed origin the server answers preflights")
 	section, _, _ = strings.Cut(section, "\n## ")
 	section = strings.Join(strings.Fields(section), " ")
-	e := newEnv(t, func(o *transport.Options) { o.CORSOrigins = []string{"https://chat.example"} })
+	e := newEnv(t, func(o *envConfig) { o.CORSOrigins = []string{"https://chat.example"} })
 	_, h, _ := e.do(t, http.MethodOptions, "/agents/echo/i1", nil, map[string]string{
 		"Origin": "https://chat.example", "Access-Control-Request-Method": "POST",
 	})

@@ -5,14 +5,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/convlog/convlog/transport"
 )
 
 // A client that asks for a large JSON page and never reads it holds the
 // server's handler (and the page's memory) only until the write deadline,
 // as a stalled SSE reader does: before, it held them forever.
 func TestPageReaderThatNeverReads(t *testing.T) {
-	e := newEnv(t, func(o *transport.Options) { o.WriteTimeout = 300 * time.Millisecond })
+	e := newEnv(t, func(o *envConfig) { o.WriteTimeout = 300 * time.Millisecond })
 	ctx := testCtx(t)
 	// One batch of 12 MiB: more than loopback socket buffers hold.
 	big := strings.Repeat("x", 4<<20)

@@ -2,7 +2,6 @@ package transport
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -388,45 +387,6 @@ func clip(s string) string {
 	return ""
 }
 
-// maxTurns is agent's limit of turns per session (0: none).
-func (s *Server) maxTurns(agent string) int {
-	if s.opts.MaxTurns == nil {
-		return 0
-	}
-	return s.opts.MaxTurns(agent)
-}
-
-// admit admits a under its agent's limits: maxTurns before, the interrupt
-// policy after.
-func (s *Server) admit(ctx context.Context, a log.Admission) (sub log.Submission, replayed bool, err error) {
-	// The agent's limits apply to every way in: deliveries, adapters,
-	// regenerations. The log checks them in the admitting transaction.
-	a.MaxTurns = s.maxTurns(a.Key.Agent)
-	sub, replayed, err = s.admitClaimed(ctx, a)
-	if err == nil && !replayed {
-		if policy, _ := s.opts.Agents.Agent(a.Key.Agent); policy == PolicyInterrupt {
-			s.interruptOthers(ctx, a.Key, sub.ID)
-		}
-	}
-	return sub, replayed, err
-}
-
-// admitClaimed admits a, starting it in its own commit when the worker
-// side offers to (Options.Claim).
-func (s *Server) admitClaimed(ctx context.Context, a log.Admission) (sub log.Submission, replayed bool, err error) {
-	if s.opts.Claim == nil {
-		return s.db.Admit(ctx, a)
-	}
-	claim := s.opts.Claim(a.Key)
-	defer claim.Release()
-	a.StartTurn = claim.TurnID()
-	sub, replayed, err = s.db.Admit(ctx, a)
-	if err == nil && !replayed { // a replay admitted nothing new
-		claim.Started(sub)
-	}
-	return sub, replayed, err
-}
-
 // deliver is POST /agents/:name/:instanceId.
 func (s *Server) deliver(c echo.Context) (err error) {
 	var replayed bool
@@ -434,7 +394,7 @@ func (s *Server) deliver(c echo.Context) (err error) {
 	if s.stopAd.Load() {
 		return apiErr(http.StatusServiceUnavailable, CodeShuttingDown, "the server is shutting down and admits nothing")
 	}
-	agent, instance, policy, err := s.instance(c)
+	agent, instance, err := s.instance(c)
 	if err != nil {
 		return err
 	}
@@ -471,10 +431,8 @@ func (s *Server) deliver(c echo.Context) (err error) {
 	if err != nil {
 		return badRequest("the message cannot be encoded for storage")
 	}
-	// The busy check runs inside the admitting transaction, after the
-	// idempotency lookup: exact under races, and a retry of an admitted
-	// request still gets its 202.
-	a := log.Admission{Key: key, Records: []log.Record{rec}, RejectIfBusy: policy == PolicyReject, UID: d.UID}
+	// The agent's rules (busy policy, maxTurns) are the core's to apply.
+	a := log.Admission{Key: key, Records: []log.Record{rec}, UID: d.UID}
 	if idemKey != "" {
 		a.IdempotencyKey = idemKey
 		// The principal is part of the request: another caller reusing
@@ -482,12 +440,9 @@ func (s *Server) deliver(c echo.Context) (err error) {
 		a.RequestHash = requestHash(agent, instance, principal.Issuer+"\x00"+principal.Subject, body)
 	}
 	var sub log.Submission
-	sub, replayed, err = s.admit(ctx, a)
+	sub, replayed, err = s.opts.Conversations.Admit(ctx, a)
 	if err != nil {
 		return err
-	}
-	if !replayed && s.opts.Admitted != nil {
-		s.opts.Admitted(sub)
 	}
 	acc := accepted(agent, instance, d.Session, sub)
 	acc.UID = sub.UID

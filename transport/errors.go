@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/convlog/convlog/internal/conversation"
 	"github.com/convlog/convlog/log"
 	"github.com/convlog/convlog/transport/wire"
 	"github.com/labstack/echo/v4"
@@ -99,12 +100,18 @@ func toAPIError(err error) (e *APIError, internal bool) {
 		return unknownOffset(err), false
 	case errors.Is(err, log.ErrSubmissionNotFound):
 		return &APIError{Status: http.StatusNotFound, Code: CodeNotFound, Message: "no such submission", Cause: err}, false
+	case errors.Is(err, conversation.ErrUnknownAgent):
+		return &APIError{Status: http.StatusNotFound, Code: CodeNotFound, Message: err.Error(), Cause: err}, false
+	case errors.Is(err, conversation.ErrChangeInProgress):
+		return &APIError{Status: http.StatusConflict, Code: CodeMutationInProgress, Message: err.Error(), Cause: err}, false
 	case errors.Is(err, log.ErrSessionBusy):
 		return &APIError{Status: http.StatusConflict, Code: CodeSessionBusy, Cause: err,
 			Message: "the session has unsettled submissions and this agent rejects deliveries while busy"}, false
 	case errors.Is(err, log.ErrTurnLimit):
 		return &APIError{Status: http.StatusConflict, Code: CodeTurnLimitReached, Cause: err,
 			Message: "the session has had its turns (the agent's maxTurns): " + err.Error()}, false
+	case errors.As(err, new(*conversation.SettledError)):
+		return &APIError{Status: http.StatusConflict, Code: CodeAlreadySettled, Message: err.Error(), Cause: err}, false
 	case errors.Is(err, log.ErrSubmissionSettled):
 		return &APIError{Status: http.StatusConflict, Code: CodeAlreadySettled, Message: "the submission is already settled", Cause: err}, false
 	case errors.Is(err, log.ErrIdempotencyKeyReused):

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/convlog/convlog/log"
-	"github.com/convlog/convlog/transport"
 	"github.com/convlog/convlog/transport/client"
 )
 
@@ -89,7 +88,7 @@ func TestFollowIncarnationChangeRereadsFromZero(t *testing.T) {
 // timeout (no keepalive either) is dropped and reopened from the last
 // offset; what is written later arrives once.
 func TestFollowReconnectsAfterIdleTimeout(t *testing.T) {
-	e := newEnv(t, func(o *transport.Options) { o.Heartbeat = time.Hour })
+	e := newEnv(t, func(o *envConfig) { o.Heartbeat = time.Hour })
 	ctx := testCtx(t)
 	if _, err := e.db.Append(ctx, followKey, userText("one")); err != nil {
 		t.Fatal(err)

@@ -28,7 +28,7 @@ func (s *Server) readyz(c echo.Context) error {
 		return notReady("the server is shutting down")
 	}
 	if s.opts.Ready != nil {
-		if err := s.opts.Ready(); err != nil {
+		if err := s.opts.Ready.Ready(); err != nil {
 			return notReady(err.Error())
 		}
 	}

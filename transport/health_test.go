@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/convlog/convlog/internal/conversation"
 	"github.com/convlog/convlog/log"
 	"github.com/convlog/convlog/transport"
 	"github.com/convlog/convlog/transport/client"
@@ -15,7 +16,7 @@ import (
 
 func TestHealth(t *testing.T) {
 	var notReady error
-	e := newEnv(t, func(o *transport.Options) { o.Ready = func() error { return notReady } })
+	e := newEnv(t, func(o *envConfig) { o.Ready = readyFunc(func() error { return notReady }) })
 	if status, _, b := e.do(t, "GET", "/healthz", nil, nil); status != 200 || string(b) != "{\"status\":\"ok\"}\n" {
 		t.Errorf("healthz: %d %s", status, b)
 	}
@@ -54,12 +55,12 @@ func TestReadyzLogClosed(t *testing.T) {
 	}
 }
 
-func TestNewRequiresLogAndAgents(t *testing.T) {
-	if _, err := transport.New(transport.Options{Agents: agents{}}); err == nil {
+func TestNewRequiresLogAndConversations(t *testing.T) {
+	if _, err := transport.New(transport.Options{Conversations: &conversation.Core{}}); err == nil {
 		t.Error("New without Log")
 	}
 	if _, err := transport.New(transport.Options{Log: &log.DB{}}); err == nil {
-		t.Error("New without Agents")
+		t.Error("New without Conversations")
 	}
 }
 
@@ -67,7 +68,7 @@ func TestNewRequiresLogAndAgents(t *testing.T) {
 // stop up.
 func TestServeShutdown(t *testing.T) {
 	e := newEnv(t)
-	srv, err := transport.New(transport.Options{Log: e.db, Agents: agents{"echo": ""}})
+	srv, err := transport.New(transport.Options{Log: e.db, Conversations: newCore(t, e.db, agents{"echo": ""}, nil, nil)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,23 +20,102 @@ import (
 	"testing"
 	"time"
 
+	"github.com/convlog/convlog/internal/conversation"
 	"github.com/convlog/convlog/log"
 	"github.com/convlog/convlog/transport"
 	"github.com/convlog/convlog/transport/client"
+	"github.com/convlog/convlog/worker"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
 
-// agents is the test's AgentDirectory: name -> busy policy. An agent named
+// agents is the test's agent table: name -> busy policy. An agent named
 // "boom" panics, to exercise the Recover middleware.
-type agents map[string]string
+type agents map[string]worker.BusyPolicy
 
-func (a agents) Agent(name string) (string, bool) {
+func (a agents) Options(name string) (worker.AgentOptions, bool) {
 	if name == "boom" {
 		panic("the directory exploded")
 	}
 	p, ok := a[name]
-	return p, ok
+	return worker.AgentOptions{Busy: p}, ok
+}
+
+// List is what GET /agents shows: set by withAgentList.
+func (a agents) List() []worker.AgentInfo { return nil }
+
+// listedAgents are agents whose GET /agents list is given.
+type listedAgents struct {
+	agents
+	list []worker.AgentInfo
+}
+
+func (a listedAgents) List() []worker.AgentInfo { return a.list }
+
+// testRunner is the Runner of a server without workers: no turn ever
+// runs, so an abort settles the submission at once, as the pool does for
+// one not yet started. Abort and Quiesce may be replaced by a test.
+type testRunner struct {
+	db      *log.DB
+	abort   func(ctx context.Context, id string) (log.Submission, error)
+	quiesce func(ctx context.Context, keys []log.Key, abortFirst bool, fn func(context.Context) error) error
+}
+
+func (r *testRunner) Claim(log.Key) conversation.Claim { return nil }
+
+func (r *testRunner) Abort(ctx context.Context, id string) (log.Submission, error) {
+	if r.abort != nil {
+		return r.abort(ctx, id)
+	}
+	sub, err := r.db.Submission(ctx, id)
+	if err != nil {
+		return sub, err
+	}
+	if sub.Status.Terminal() {
+		return sub, fmt.Errorf("abort %s: %w", id, log.ErrSubmissionSettled)
+	}
+	if _, err := r.db.Write(ctx, log.Write{Key: sub.Key, Settle: []log.Settlement{{SubmissionID: id, Outcome: log.OutcomeAborted,
+		Error: &log.Failure{Code: "aborted", Message: "aborted before it ran"}}}}); err != nil {
+		return sub, err
+	}
+	return r.db.Submission(ctx, id)
+}
+
+func (r *testRunner) Quiesce(ctx context.Context, keys []log.Key, abortFirst bool, fn func(context.Context) error) error {
+	if r.quiesce != nil {
+		return r.quiesce(ctx, keys, abortFirst, fn)
+	}
+	return fn(ctx)
+}
+
+// kicks counts the core's outbox kicks: one per durable admission.
+type kicks struct{ n *atomic.Int64 }
+
+func (k kicks) Kick() { k.n.Add(1) }
+
+// newCore is a real conversation core over db, with the test's runner.
+func newCore(t testing.TB, db *log.DB, ag conversation.Agents, r *testRunner, outbox conversation.Outbox) *conversation.Core {
+	t.Helper()
+	if r == nil {
+		r = &testRunner{db: db}
+	}
+	core, err := conversation.New(conversation.Config{Log: db, Agents: ag, Runner: r, Outbox: outbox,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return core
+}
+
+// readyFunc and backupFunc make a function a Readiness or a Backuper.
+type readyFunc func() error
+
+func (f readyFunc) Ready() error { return f() }
+
+type backupFunc func(ctx context.Context, begin func(int64) (io.Writer, error)) (int64, error)
+
+func (f backupFunc) Backup(ctx context.Context, begin func(int64) (io.Writer, error)) (int64, error) {
+	return f(ctx, begin)
 }
 
 // hub is the test's DeltaSource: tests publish frames to a key and every
@@ -145,10 +224,21 @@ type env struct {
 	c        *client.Client
 	hub      *hub
 	active   atomic.Int64 // requests inside the handler
-	admitted atomic.Int64 // calls of Options.Admitted
+	admitted atomic.Int64 // durable admissions (the core's outbox kicks)
 }
 
-type envOption func(*transport.Options)
+// envConfig is what an envOption may change: the server's options, and
+// the runner and agents of its conversation core.
+type envConfig struct {
+	transport.Options
+	Agents     agents
+	ListAgents []worker.AgentInfo
+	// Abort and Quiesce replace the test runner's.
+	Abort   func(ctx context.Context, id string) (log.Submission, error)
+	Quiesce func(ctx context.Context, keys []log.Key, abortFirst bool, fn func(context.Context) error) error
+}
+
+type envOption func(*envConfig)
 
 // newEnv starts a server with agents "echo" (enqueue) and "strict"
 // (reject). Cleanup shuts the server down, then closes the log.
@@ -170,18 +260,18 @@ func newEnvLog(t testing.TB, logOpts *log.Options, opts ...envOption) *env {
 		}
 	})
 	e := &env{db: db, hub: newHub()}
-	o := transport.Options{
-		Log:      db,
-		Agents:   agents{"echo": transport.PolicyEnqueue, "strict": transport.PolicyReject, "plain": ""},
-		Deltas:   e.hub,
-		Admitted: func(log.Submission) { e.admitted.Add(1) },
-		MaxBody:  64 << 10,
-		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}
+	o := envConfig{Options: transport.Options{
+		Log:     db,
+		Deltas:  e.hub,
+		MaxBody: 64 << 10,
+		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}, Agents: agents{"echo": worker.BusyEnqueue, "strict": worker.BusyReject, "plain": ""}}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	e.srv, err = transport.New(o)
+	o.Conversations = newCore(t, db, listedAgents{o.Agents, o.ListAgents},
+		&testRunner{db: db, abort: o.Abort, quiesce: o.Quiesce}, kicks{&e.admitted})
+	e.srv, err = transport.New(o.Options)
 	if err != nil {
 		t.Fatal(err)
 	}

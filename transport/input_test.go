@@ -70,7 +70,7 @@ func TestDeliverRefusesAlteredInput(t *testing.T) {
 // Text is stored without HTML escaping: '<' stays one byte, so a body
 // within the documented limit is stored, and reads back as sent.
 func TestDeliverStoresTextUnescaped(t *testing.T) {
-	e := newEnv(t, func(o *transport.Options) { o.MaxBody = transport.DefaultMaxBody })
+	e := newEnv(t, func(o *envConfig) { o.MaxBody = transport.DefaultMaxBody })
 	ctx := testCtx(t)
 	status, _, b := e.postJSON(t, "/agents/echo/html", "{\"message\":\"<b>fish & chips</b>\",\"uid\":\"a<b\",\"initialData\":{\"sep\":\"x\u2028y\"}}", nil)
 	if status != http.StatusAccepted {
@@ -135,7 +135,7 @@ func TestDeliverRefusesSessionQuery(t *testing.T) {
 // abort of a submission already settled does, not 200 "completed".
 func TestAbortLosingTheRace(t *testing.T) {
 	var db *log.DB
-	e := newEnv(t, func(o *transport.Options) {
+	e := newEnv(t, func(o *envConfig) {
 		o.Abort = func(ctx context.Context, id string) (log.Submission, error) {
 			// The turn completes while the abort is on its way, as
 			// worker.Pool.Abort sees it when the cancellation comes late.

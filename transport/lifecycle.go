@@ -11,7 +11,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/convlog/convlog/internal/auth"
 	"github.com/convlog/convlog/log"
@@ -19,33 +18,29 @@ import (
 	"github.com/oklog/ulid/v2"
 )
 
-// LifecycleLog is what the lifecycle routes need of the log, beyond Log;
-// *log.DB satisfies it. The routes exist when Options.Log has it.
+// LifecycleLog is what the lifecycle routes read of the log, beyond Log;
+// *log.DB satisfies it. The routes exist when Options.Log has it. The
+// changes themselves go through Options.Conversations.
 type LifecycleLog interface {
-	Change(ctx context.Context, c log.Change) (log.ChangeResult, bool, error)
 	InstancesVisible(ctx context.Context, agent, cursor string, limit int, visible func(instance string) bool) ([]log.InstanceInfo, string, error)
 	Sessions(ctx context.Context, agent, instance string) ([]log.SessionInfo, error)
 	Checkpoints(ctx context.Context, key log.Key) ([]log.Checkpoint, error)
 	Generation(ctx context.Context, agent, instance string) (string, error)
-	Write(ctx context.Context, w log.Write) (log.Appended, error)
 }
 
 var _ LifecycleLog = (*log.DB)(nil)
 
 // lifecycle serves the routes that list, rewind, regenerate, fork, reset
-// and delete conversations. Each change is one log transaction that leaves
-// its record in the stream, so that every reader sees it.
+// and delete conversations. Each change is one call of the conversation
+// core, which serialises the changes of a session and stops its turns.
 type lifecycle struct {
-	s   *Server
-	log LifecycleLog
-
-	mu   sync.Mutex
-	held map[string]bool // "agent\x00instance" (a delete) or "agent\x00instance\x00session"
+	s    *Server
+	log  LifecycleLog
+	conv Conversations
 }
 
 func (s *Server) lifecycleRoutes(e *echo.Echo, base string, ll LifecycleLog) {
-	l := &lifecycle{s: s, log: ll, held: map[string]bool{}}
-	s.lc = l // the AI SDK adapter regenerates through it
+	l := &lifecycle{s: s, log: ll, conv: s.opts.Conversations}
 	e.GET("/agents/:name", l.instances)
 	e.GET(base+"/sessions", l.sessions)
 	e.GET(base+"/checkpoints", l.checkpoints)
@@ -54,50 +49,6 @@ func (s *Server) lifecycleRoutes(e *echo.Echo, base string, ll LifecycleLog) {
 	e.POST(base+"/fork", l.fork)
 	e.POST(base+"/reset", l.reset)
 	e.DELETE(base, l.delete)
-}
-
-// lock takes the mutation locks of keys (sessions; a key with an empty
-// session is the whole instance). It refuses, rather than waits, when
-// another change holds any of them or covers them: the caller decided on
-// what it saw, and a change made under it would be a lost update.
-func (l *lifecycle) lock(keys ...log.Key) (func(), error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	names := make([]string, len(keys))
-	for i, k := range keys {
-		inst := k.Agent + "\x00" + k.Instance
-		names[i] = inst
-		if k.Session != "" {
-			names[i] += "\x00" + k.Session
-		}
-		busy := l.held[inst] || l.held[names[i]]
-		if k.Session == "" {
-			for h := range l.held {
-				busy = busy || strings.HasPrefix(h, inst+"\x00")
-			}
-		}
-		if busy {
-			return nil, apiErr(http.StatusConflict, CodeMutationInProgress, "another change to this conversation is in progress; retry when it is done")
-		}
-	}
-	for _, n := range names {
-		l.held[n] = true
-	}
-	return func() {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		for _, n := range names {
-			delete(l.held, n)
-		}
-	}, nil
-}
-
-// quiesce runs fn with no turn of keys running (see Options.Quiesce).
-func (l *lifecycle) quiesce(ctx context.Context, keys []log.Key, abortFirst bool, fn func(context.Context) error) error {
-	if l.s.opts.Quiesce == nil {
-		return fn(ctx)
-	}
-	return l.s.opts.Quiesce(ctx, keys, abortFirst, fn)
 }
 
 // changeRequest is a lifecycle POST's body. Which fields a route takes is
@@ -121,7 +72,7 @@ func (l *lifecycle) readMutation(c echo.Context, allowed ...string) (*mutation, 
 	if l.s.stopAd.Load() {
 		return nil, apiErr(http.StatusServiceUnavailable, CodeShuttingDown, "the server is shutting down and changes nothing")
 	}
-	agent, instance, _, err := l.s.instance(c)
+	agent, instance, err := l.s.instance(c)
 	if err != nil {
 		return nil, err
 	}
@@ -231,29 +182,12 @@ func (l *lifecycle) rewind(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	res, replayed, err := l.sessionChange(c, m.change(log.ChangeRewind, key), true)
+	res, replayed, err := l.conv.Change(c.Request().Context(), m.change(log.ChangeRewind, key))
 	if err != nil {
 		return err
 	}
 	replayedHeader(c, replayed)
 	return writeJSON(c, http.StatusOK, rewindResult(key, res))
-}
-
-// sessionChange commits a change of one session under its lock, with its
-// running turns aborted first (abortFirst) or after.
-func (l *lifecycle) sessionChange(c echo.Context, ch log.Change, abortFirst bool) (log.ChangeResult, bool, error) {
-	unlock, err := l.lock(ch.Key)
-	if err != nil {
-		return log.ChangeResult{}, false, err
-	}
-	defer unlock()
-	var res log.ChangeResult
-	var replayed bool
-	err = l.quiesce(c.Request().Context(), []log.Key{ch.Key}, abortFirst, func(ctx context.Context) (err error) {
-		res, replayed, err = l.log.Change(ctx, ch)
-		return err
-	})
-	return res, replayed, err
 }
 
 // regenerate is POST …/regenerate {"entryId"?, "session"?}: 202 as a
@@ -268,7 +202,6 @@ func (l *lifecycle) regenerate(c echo.Context) error {
 		return err
 	}
 	ch := m.change(log.ChangeRegenerate, key)
-	ch.MaxTurns = l.s.maxTurns(key.Agent)
 	if p, ok := PrincipalOf(c); ok {
 		// The message is delivered again, by this caller.
 		who, err := json.Marshal(p)
@@ -277,7 +210,7 @@ func (l *lifecycle) regenerate(c echo.Context) error {
 		}
 		ch.Metadata = map[string]json.RawMessage{MetadataPrincipal: who}
 	}
-	res, replayed, err := l.sessionChange(c, ch, true)
+	res, replayed, err := l.conv.Change(c.Request().Context(), ch)
 	if err != nil {
 		return err
 	}
@@ -285,9 +218,6 @@ func (l *lifecycle) regenerate(c echo.Context) error {
 		return errors.New("regenerate: no submission in the result")
 	}
 	sub := *res.Submission
-	if !replayed && l.s.opts.Admitted != nil {
-		l.s.opts.Admitted(sub)
-	}
 	replayedHeader(c, replayed)
 	c.Response().Header().Set(echo.HeaderLocation, instancePath(m.agent, m.instance)+"/submissions/"+url.PathEscape(sub.ID))
 	acc := accepted(m.agent, m.instance, key.Session, sub)
@@ -350,14 +280,7 @@ func (l *lifecycle) fork(c echo.Context) error {
 	}
 	ch := m.change(log.ChangeFork, src)
 	ch.Target = dst
-	// Locks on both: nothing changes the source's path while it is
-	// copied, and no second fork makes the same conversation.
-	unlock, err := l.lock(src, dst)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	res, replayed, err := l.log.Change(c.Request().Context(), ch)
+	res, replayed, err := l.conv.Change(c.Request().Context(), ch)
 	if err != nil {
 		return err
 	}
@@ -381,9 +304,7 @@ func (l *lifecycle) reset(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	// Not aborted first: the reset settles running submissions in the new
-	// incarnation, where readers will look for them.
-	res, replayed, err := l.sessionChange(c, m.change(log.ChangeReset, key), false)
+	res, replayed, err := l.conv.Change(c.Request().Context(), m.change(log.ChangeReset, key))
 	if err != nil {
 		return err
 	}
@@ -415,61 +336,14 @@ func (l *lifecycle) delete(c echo.Context) error {
 			return badRequest("purge must be true or false, not %q", clip(vs[0]))
 		}
 	}
-	inst := log.Key{Agent: m.agent, Instance: m.instance, Session: log.DefaultSession}
-	unlock, err := l.lock(log.Key{Agent: m.agent, Instance: m.instance})
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	ctx := c.Request().Context()
-	sessions, err := l.log.Sessions(ctx, m.agent, m.instance)
-	if err != nil && !errors.Is(err, log.ErrInstanceNotFound) {
-		return err
-	}
-	keys := make([]log.Key, len(sessions))
-	for i, si := range sessions {
-		keys[i] = log.Key{Agent: m.agent, Instance: m.instance, Session: si.Session}
-	}
-	ch := m.change(log.ChangeDelete, inst)
+	ch := m.change(log.ChangeDelete, log.Key{Agent: m.agent, Instance: m.instance, Session: log.DefaultSession})
 	ch.Purge = purge
-	var res log.ChangeResult
-	var replayed bool
-	err = l.quiesce(ctx, keys, true, func(ctx context.Context) error {
-		// Queued submissions are settled in their streams in a commit of
-		// their own first, so that live readers see them settle before the
-		// stream ends. The delete itself settles any admitted meanwhile.
-		for _, k := range keys {
-			l.settleQueued(ctx, k)
-		}
-		var err error
-		res, replayed, err = l.log.Change(ctx, ch)
-		return err
-	})
+	res, replayed, err := l.conv.Change(c.Request().Context(), ch)
 	if err != nil {
 		return err
 	}
 	replayedHeader(c, replayed)
 	return writeJSON(c, http.StatusOK, DeleteResult{InstanceID: m.instance, UID: res.UID, Sessions: res.Sessions, Aborted: res.Aborted, Purged: res.Purged})
-}
-
-func (l *lifecycle) settleQueued(ctx context.Context, key log.Key) {
-	pending, err := l.s.db.Pending(ctx, key)
-	if err != nil || len(pending) == 0 {
-		return
-	}
-	w := log.Write{Key: key}
-	for _, p := range pending {
-		if p.Status == log.StatusAdmitted && len(w.Settle) < log.MaxRecordsBatch {
-			w.Settle = append(w.Settle, log.Settlement{SubmissionID: p.ID, Outcome: log.OutcomeAborted,
-				Error: &log.Failure{Code: "deleted", Message: "the instance was deleted before the submission settled"}})
-		}
-	}
-	if len(w.Settle) == 0 {
-		return
-	}
-	// A race with a turn that starts one of them is lost harmlessly: the
-	// delete's own transaction settles whatever is still unsettled.
-	_, _ = l.log.Write(ctx, w)
 }
 
 // instances is GET /agents/:name?cursor=&limit=.
@@ -478,8 +352,8 @@ func (l *lifecycle) instances(c echo.Context) error {
 	if err := log.ValidateName(agent); err != nil {
 		return &APIError{Status: http.StatusBadRequest, Code: CodeInvalidName, Message: "agent: " + err.Error(), Cause: err}
 	}
-	if _, ok := l.s.opts.Agents.Agent(agent); !ok {
-		return apiErr(http.StatusNotFound, CodeNotFound, "no agent named %q", agent)
+	if err := l.s.agentExists(agent); err != nil {
+		return err
 	}
 	limit := 100
 	if vs, ok := c.QueryParams()["limit"]; ok {
@@ -520,7 +394,7 @@ func (l *lifecycle) instances(c echo.Context) error {
 
 // sessions is GET …/sessions.
 func (l *lifecycle) sessions(c echo.Context) error {
-	agent, instance, _, err := l.s.instance(c)
+	agent, instance, err := l.s.instance(c)
 	if err != nil {
 		return err
 	}
@@ -536,7 +410,7 @@ func (l *lifecycle) sessions(c echo.Context) error {
 
 // checkpoints is GET …/checkpoints?session=.
 func (l *lifecycle) checkpoints(c echo.Context) error {
-	agent, instance, _, err := l.s.instance(c)
+	agent, instance, err := l.s.instance(c)
 	if err != nil {
 		return err
 	}

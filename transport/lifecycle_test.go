@@ -19,7 +19,7 @@ import (
 func TestLifecycleSerialised(t *testing.T) {
 	entered := make(chan []log.Key, 1)
 	release := make(chan struct{})
-	e := newEnv(t, func(o *transport.Options) {
+	e := newEnv(t, func(o *envConfig) {
 		o.Quiesce = func(ctx context.Context, keys []log.Key, abortFirst bool, fn func(context.Context) error) error {
 			if keys[0].Session == "held" {
 				entered <- keys

@@ -16,6 +16,7 @@ import (
 
 	"github.com/convlog/convlog/log"
 	"github.com/convlog/convlog/transport"
+	"github.com/convlog/convlog/worker"
 )
 
 // serveEnv runs the server with its own Serve on loopback, as convlog
@@ -27,7 +28,7 @@ func serveEnv(t *testing.T) string {
 		t.Fatal(err)
 	}
 	srv, err := transport.New(transport.Options{
-		Log: db, Agents: agents{"echo": transport.PolicyEnqueue},
+		Log: db, Conversations: newCore(t, db, agents{"echo": worker.BusyEnqueue}, nil, nil),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {

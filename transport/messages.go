@@ -68,7 +68,7 @@ func (v MessagesView) marshal(typ string) ([]byte, error) {
 // of the session, as JSON, or as SSE when the client accepts only
 // text/event-stream (a full view per frame).
 func (s *Server) messages(c echo.Context) error {
-	agent, instance, _, err := s.instance(c)
+	agent, instance, err := s.instance(c)
 	if err != nil {
 		return err
 	}

@@ -212,7 +212,7 @@ func TestMessagesSSEResumeAcrossIncarnations(t *testing.T) {
 // each SSE reader holds its frame until its client takes it, so without a
 // cap 30 readers of a 4.3 MB view that never read took a gigabyte.
 func TestMessagesViewBytesCap(t *testing.T) {
-	e := newEnv(t, func(o *transport.Options) { o.MaxViewBytes = 4 << 10 })
+	e := newEnv(t, func(o *envConfig) { o.MaxViewBytes = 4 << 10 })
 	key := log.Key{Agent: "echo", Instance: "big", Session: "default"}
 	if _, err := e.db.Write(context.Background(), log.Write{Key: key, Records: []log.Record{userText(strings.Repeat("x", 8<<10))}}); err != nil {
 		t.Fatal(err)

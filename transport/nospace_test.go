@@ -17,7 +17,7 @@ import (
 // The real full disk is TestServeStorageFaults/full_disk (cmd/convlog);
 // here the abort's settlement reports it.
 func TestNoSpaceIs507(t *testing.T) {
-	e := newEnv(t, func(o *transport.Options) {
+	e := newEnv(t, func(o *envConfig) {
 		o.Abort = func(context.Context, string) (log.Submission, error) {
 			return log.Submission{}, fmt.Errorf("abort: commit: %w: write convlog.db: no space left on device", log.ErrNoSpace)
 		}

@@ -18,12 +18,12 @@ import (
 )
 
 // withEveryRoute turns on the optional routes.
-func withEveryRoute(o *transport.Options) {
+func withEveryRoute(o *envConfig) {
 	o.Abort = func(ctx context.Context, id string) (log.Submission, error) {
 		return log.Submission{}, log.ErrSubmissionNotFound
 	}
 	o.Metrics = http.NotFoundHandler()
-	o.Backup = func(ctx context.Context, begin func(int64) (io.Writer, error)) (int64, error) { return 0, nil }
+	o.Backup = backupFunc(func(ctx context.Context, begin func(int64) (io.Writer, error)) (int64, error) { return 0, nil })
 }
 
 var echoParam = regexp.MustCompile(`:([A-Za-z]+)`)

@@ -1,7 +1,6 @@
 package transport
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"strconv"
@@ -27,10 +26,6 @@ const (
 	AdmissionAdmitted = "admitted" // stored: a new submission
 	AdmissionReplayed = "replayed" // an idempotent retry: the first admission's answer
 )
-
-// BackupFunc writes a consistent copy of the log: begin gets its size and
-// returns where to write it (see log.DB.Backup).
-type BackupFunc func(ctx context.Context, begin func(size int64) (io.Writer, error)) (int64, error)
 
 // OpenStreams is the number of SSE streams open now.
 func (s *Server) OpenStreams() int64 { return s.streams.Load() }
@@ -70,7 +65,7 @@ func (s *Server) metrics(c echo.Context) error {
 func (s *Server) backup(c echo.Context) error {
 	resp := c.Response()
 	started := false
-	_, err := s.opts.Backup(c.Request().Context(), func(size int64) (io.Writer, error) {
+	_, err := s.opts.Backup.Backup(c.Request().Context(), func(size int64) (io.Writer, error) {
 		h := resp.Header()
 		h.Set(echo.HeaderContentType, "application/octet-stream")
 		h.Set(echo.HeaderContentLength, strconv.FormatInt(size, 10))

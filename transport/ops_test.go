@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/convlog/convlog/internal/auth"
-	"github.com/convlog/convlog/transport"
 )
 
 // TestOperationsRoutesAccess: with access control on, /metrics and
@@ -19,11 +18,11 @@ import (
 func TestOperationsRoutesAccess(t *testing.T) {
 	a := staticTokens(t, map[string][]string{"ops": {"admin"}, "reader": {"read:*/*"}})
 	var e *env
-	e = newEnv(t, withAuth(a, auth.Limits{}), func(o *transport.Options) {
+	e = newEnv(t, withAuth(a, auth.Limits{}), func(o *envConfig) {
 		o.Metrics = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "convlog_up 1\n") })
-		o.Backup = func(ctx context.Context, begin func(int64) (io.Writer, error)) (int64, error) {
+		o.Backup = backupFunc(func(ctx context.Context, begin func(int64) (io.Writer, error)) (int64, error) {
 			return e.db.Backup(ctx, begin)
-		}
+		})
 	})
 	for _, tc := range []struct {
 		method, path string

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/convlog/convlog/internal/auth"
+	"github.com/convlog/convlog/internal/conversation"
 	"github.com/convlog/convlog/log"
 	"github.com/convlog/convlog/transport/wire"
 	"github.com/convlog/convlog/worker"
@@ -22,11 +24,11 @@ import (
 	"github.com/labstack/echo/v4/middleware"
 )
 
-// Log is what the server needs of the storage engine; *log.DB satisfies it.
-// It is an interface so that the consumer states its needs, not so that it
-// can be faked: the tests use a real *log.DB.
+// Log is what the server reads of the storage engine; *log.DB satisfies
+// it. It is an interface so that the consumer states its needs, not so that
+// it can be faked: the tests use a real *log.DB. Nothing here writes: every
+// change of a conversation goes through Conversations.
 type Log interface {
-	Admit(ctx context.Context, a log.Admission) (sub log.Submission, replayed bool, err error)
 	Read(ctx context.Context, key log.Key, offset log.Offset, limit int) (log.ReadResult, error)
 	// ReadBytes is Read with a smaller bound on the bytes of the page.
 	ReadBytes(ctx context.Context, key log.Key, offset log.Offset, limit, maxBytes int) (log.ReadResult, error)
@@ -42,32 +44,32 @@ type Log interface {
 
 var _ Log = (*log.DB)(nil)
 
-// Busy policies of an agent: what a delivery to a session that still has
-// unsettled submissions gets.
-const (
-	PolicyEnqueue   = "enqueue"                    // deprecated name of PolicyJoin
-	PolicyJoin      = string(worker.BusyJoin)      // admitted; the next turn answers all that wait (the default)
-	PolicyQueue     = string(worker.BusyQueue)     // admitted; a turn of its own, in order
-	PolicyReject    = string(worker.BusyReject)    // refused with 409 session_busy
-	PolicyInterrupt = string(worker.BusyInterrupt) // admitted; the earlier unsettled ones are aborted
-)
-
-// Claim is the worker side's offer to start a delivery in its admission's
-// commit: admit with StartTurn = TurnID() ("" for no offer), report the
-// committed submission with Started, and always Release (idempotent).
-type Claim interface {
-	TurnID() string
-	Started(log.Submission)
-	Release()
+// Conversations is the conversation core (*conversation.Core): the rules
+// of every change of a session live there, and the server calls one of
+// these per request.
+type Conversations interface {
+	// Agent is the agent's settings, or conversation.ErrUnknownAgent.
+	Agent(name string) (worker.AgentOptions, error)
+	// Agents describes the agents served, for GET /agents.
+	Agents() []worker.AgentInfo
+	Admit(ctx context.Context, a log.Admission) (sub log.Submission, replayed bool, err error)
+	Abort(ctx context.Context, submissionID string) (log.Submission, error)
+	AbortSession(ctx context.Context, key log.Key) error
+	Change(ctx context.Context, c log.Change) (log.ChangeResult, bool, error)
 }
 
-// AgentDirectory says which agents exist. The worker side knows; transport
-// only asks.
-type AgentDirectory interface {
-	// Agent reports whether the agent exists and its busy policy:
-	// PolicyJoin (also for "" and anything unknown), PolicyQueue,
-	// PolicyReject or PolicyInterrupt.
-	Agent(name string) (policy string, ok bool)
+var _ Conversations = (*conversation.Core)(nil)
+
+// Readiness is a condition of /readyz besides the log being open.
+type Readiness interface {
+	// Ready is nil when ready, else why not.
+	Ready() error
+}
+
+// Backuper writes a consistent copy of the log: begin gets its size and
+// returns where to write it (*log.DB satisfies it).
+type Backuper interface {
+	Backup(ctx context.Context, begin func(size int64) (io.Writer, error)) (int64, error)
 }
 
 // DeltaSource supplies the presentation frames of running turns: token
@@ -95,10 +97,11 @@ type DeltaCursor interface {
 
 // Options configures the HTTP server.
 type Options struct {
-	// Log is the storage engine. Required.
+	// Log is the storage engine, read. Required.
 	Log Log
-	// Agents says which agents exist and their busy policy. Required.
-	Agents AgentDirectory
+	// Conversations is the conversation core, which makes every change.
+	// Required.
+	Conversations Conversations
 	// Auth turns on access control: every route but the health checks
 	// needs a bearer token whose scopes allow it (internal/auth). Nil
 	// serves everyone, which the binary allows only on loopback.
@@ -112,33 +115,9 @@ type Options struct {
 	StreamTokenKey []byte
 	// Deltas feeds live presentation frames to SSE readers; nil means none.
 	Deltas DeltaSource
-	// Admitted is called after each durable admission (not after an
-	// idempotent replay), on the request's goroutine, to kick the outbox
-	// relay. It must not block. May be nil.
-	Admitted func(log.Submission)
-	// Claim, before each admission, asks the worker side whether it holds
-	// the session idle and would start the delivery in the admission's own
-	// commit (see pool.Pool.Claim). Nil for no such fast path.
-	Claim func(key log.Key) Claim
-	// Abort ends a submission (see pool.Pool.Abort): settled aborted at
-	// once if it has not started, its turn cancelled if it runs. It
-	// returns the submission as it is after the abort, or an error that
-	// wraps log.ErrSubmissionSettled. Nil disables the abort route (404).
-	Abort func(ctx context.Context, submissionID string) (log.Submission, error)
-	// Quiesce runs a lifecycle change (rewind, reset, delete…) of keys
-	// while none of their turns runs: with abortFirst, running turns are
-	// aborted and settled first, else after fn (see worker.Pool.Quiesce).
-	// Nil runs fn at once.
-	Quiesce func(ctx context.Context, keys []log.Key, abortFirst bool, fn func(context.Context) error) error
 	// Ready adds a readiness condition to /readyz besides the log being
-	// open: nil error means ready. May be nil.
-	Ready func() error
-	// ListAgents describes the agents served, for GET /agents. May be nil
-	// (an empty list).
-	ListAgents func() []worker.AgentInfo
-	// MaxTurns is an agent's limit of deliveries per session (0: none).
-	// May be nil.
-	MaxTurns func(agent string) int
+	// open. May be nil.
+	Ready Readiness
 	// MaxBody bounds a delivery's body. Default 8 MiB.
 	MaxBody int64
 	// BodyBudget bounds the bytes of request bodies held at once, from
@@ -193,7 +172,7 @@ type Options struct {
 	Metrics http.Handler
 	// Backup serves POST /admin/backup, a consistent copy of the log
 	// taken while the service runs; nil disables the route (404).
-	Backup BackupFunc
+	Backup Backuper
 }
 
 // Defaults of Options.
@@ -257,8 +236,8 @@ func New(opts Options) (*Server, error) {
 	if opts.Log == nil {
 		return nil, errors.New("transport: Options.Log is required")
 	}
-	if opts.Agents == nil {
-		return nil, errors.New("transport: Options.Agents is required")
+	if opts.Conversations == nil {
+		return nil, errors.New("transport: Options.Conversations is required")
 	}
 	if opts.MaxBody <= 0 {
 		opts.MaxBody = DefaultMaxBody
@@ -347,9 +326,7 @@ func New(opts Options) (*Server, error) {
 	e.GET(base+"/messages", s.messages)
 	e.GET(base+"/submissions/:submissionId", s.submission)
 	e.POST(base+"/stream-token", s.streamToken)
-	if opts.Abort != nil {
-		e.POST(base+"/submissions/:submissionId/abort", s.abort)
-	}
+	e.POST(base+"/submissions/:submissionId/abort", s.abort)
 	// Listing, rewind, regenerate, fork, reset, delete: lifecycle.go.
 	if ll, ok := opts.Log.(LifecycleLog); ok {
 		s.lifecycleRoutes(e, base, ll)
@@ -512,20 +489,19 @@ func (f *inflight) wait(ctx context.Context) error {
 }
 
 // instance validates the route's agent and instance and checks the agent
-// exists; it returns its busy policy.
-func (s *Server) instance(c echo.Context) (agent, instance, policy string, err error) {
+// exists.
+func (s *Server) instance(c echo.Context) (agent, instance string, err error) {
 	agent, instance = pathParam(c, "name"), pathParam(c, "instanceId")
 	if err := log.ValidateName(agent); err != nil {
-		return "", "", "", &APIError{Status: http.StatusBadRequest, Code: CodeInvalidName, Message: "agent: " + err.Error(), Cause: err}
+		return "", "", &APIError{Status: http.StatusBadRequest, Code: CodeInvalidName, Message: "agent: " + err.Error(), Cause: err}
 	}
 	if err := log.ValidateName(instance); err != nil {
-		return "", "", "", &APIError{Status: http.StatusBadRequest, Code: CodeInvalidName, Message: "instance: " + err.Error(), Cause: err}
+		return "", "", &APIError{Status: http.StatusBadRequest, Code: CodeInvalidName, Message: "instance: " + err.Error(), Cause: err}
 	}
-	policy, ok := s.opts.Agents.Agent(agent)
-	if !ok {
-		return "", "", "", apiErr(http.StatusNotFound, CodeNotFound, "no agent named %q", agent)
+	if _, err := s.opts.Conversations.Agent(agent); err != nil {
+		return "", "", err
 	}
-	return agent, instance, policy, nil
+	return agent, instance, nil
 }
 
 // pathParam is a path parameter, percent-decoded: echo matches on the raw

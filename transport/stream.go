@@ -26,7 +26,7 @@ const streamPageLimit = log.DefaultReadLimit
 // a single select on the log, the deltas, the heartbeat, the client and
 // shutdown. Nothing is held while it writes or waits.
 func (s *Server) stream(c echo.Context) error {
-	agent, instance, _, err := s.instance(c)
+	agent, instance, err := s.instance(c)
 	if err != nil {
 		return err
 	}

@@ -217,7 +217,7 @@ func TestStreamDeltasDropWhenSlow(t *testing.T) {
 }
 
 func TestStreamHeartbeat(t *testing.T) {
-	e := newEnv(t, func(o *transport.Options) { o.Heartbeat = 50 * time.Millisecond })
+	e := newEnv(t, func(o *envConfig) { o.Heartbeat = 50 * time.Millisecond })
 	ctx := testCtx(t)
 	r, err := e.c.Stream(ctx, "echo", "i1", "", log.Start)
 	if err != nil {
@@ -544,7 +544,7 @@ func nextComment(t *testing.T, r *client.StreamReader) {
 // final reader_too_slow frame naming its resume offset, and loses nothing
 // by resuming from it.
 func TestStreamReaderTooSlow(t *testing.T) {
-	e := newEnv(t, func(o *transport.Options) { o.MaxLag = 10 })
+	e := newEnv(t, func(o *envConfig) { o.MaxLag = 10 })
 	ctx := testCtx(t)
 	if _, err := e.db.Append(ctx, streamKey, userText("start")); err != nil {
 		t.Fatal(err)

@@ -19,7 +19,7 @@ import (
 // Retry-After and a closed connection, while deliveries and health checks
 // still pass; a freed slot is taken again.
 func TestMaxStreams(t *testing.T) {
-	e := newEnv(t, func(o *transport.Options) { o.MaxStreams = 2 })
+	e := newEnv(t, func(o *envConfig) { o.MaxStreams = 2 })
 	ctx := testCtx(t)
 	open := func(ctx context.Context) (*client.StreamReader, error) {
 		r, err := e.c.Stream(ctx, "echo", "i1", "", log.Start)
@@ -95,7 +95,7 @@ func TestEveryLongResponseCapped(t *testing.T) {
 		opt  envOption
 		hdr  map[string]string
 	}{
-		{"max-streams", func(o *transport.Options) { o.MaxStreams = 1 }, nil},
+		{"max-streams", func(o *envConfig) { o.MaxStreams = 1 }, nil},
 		{"per-principal", withAuth(a, auth.Limits{Streams: 1}), map[string]string{"Authorization": "Bearer alice"}},
 	}
 	a2aSend := func(method string, blocking bool) string {

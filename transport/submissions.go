@@ -92,7 +92,7 @@ func queryWait(c echo.Context) (time.Duration, error) {
 // getter of the route's submission. Ids are global; the route scopes them:
 // another instance's submission is as absent here as one that never was.
 func (s *Server) submissionOfRoute(c echo.Context) (func() (log.Submission, error), error) {
-	agent, instance, _, err := s.instance(c)
+	agent, instance, err := s.instance(c)
 	if err != nil {
 		return nil, err
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/convlog/convlog/internal/auth"
 	"github.com/convlog/convlog/internal/config"
+	"github.com/convlog/convlog/internal/conversation"
 	"github.com/convlog/convlog/internal/datadir"
 	"github.com/convlog/convlog/internal/fdlimit"
 	"github.com/convlog/convlog/internal/metrics"
@@ -101,6 +102,7 @@ type Service struct {
 	nc    *nats.Conn
 	bus   *natsbus.DeltaBus
 	relay *natsbus.Relay
+	conv  *conversation.Core
 	pool  *pool.Pool     // nil with NoWorkers
 	owner *remote.Server // the remote workers' log, with NoWorkers
 	http  *transport.Server
@@ -194,11 +196,10 @@ func Start(cfg Config) (_ *Service, err error) {
 	if s.relay, err = natsbus.NewRelay(s.db, s.nc, natsbus.Namespace(cfg.NATSNamespace), s.logger); err != nil {
 		return nil, err
 	}
-	abort := func(ctx context.Context, id string) (clog.Submission, error) { return s.pool.Abort(ctx, id) }
-	claim := func(k clog.Key) transport.Claim { return s.pool.Claim(k) }
-	quiesce := func(ctx context.Context, keys []clog.Key, abortFirst bool, fn func(context.Context) error) error {
-		return s.pool.Quiesce(ctx, keys, abortFirst, fn)
-	}
+	// The runner of the turns: the pool here, or with NoWorkers the
+	// remote workers' log owner, which aborts turns in other processes and
+	// waits for their settlements.
+	var runner conversation.Runner
 	if cfg.NoWorkers {
 		if s.owner, err = remote.NewServer(remote.ServerConfig{
 			Log: s.db, NATS: s.nc, Namespace: natsbus.Namespace(cfg.NATSNamespace),
@@ -206,19 +207,21 @@ func Start(cfg Config) (_ *Service, err error) {
 		}); err != nil {
 			return nil, err
 		}
-		abort = s.owner.Abort
-		claim = func(clog.Key) transport.Claim { return (*pool.Claim)(nil) }
-		// Turns run in other processes: a lifecycle change aborts them and
-		// waits for their settlements through the owner.
-		quiesce = s.owner.Quiesce
-	} else if s.pool, err = pool.NewPool(pool.Config{
-		Log: s.db, NATS: s.nc, Agents: agents, Deltas: s.bus, Logger: s.logger,
-		Namespace:       natsbus.Namespace(cfg.NATSNamespace),
-		ShutdownTimeout: cfg.ShutdownTimeout,
-		Observer:        s.metrics,
-		Replicas:        cfg.NATSReplicas,
-		LeaseTTL:        cfg.LeaseTTL,
-	}); err != nil {
+		runner = s.owner
+	} else {
+		if s.pool, err = pool.NewPool(pool.Config{
+			Log: s.db, NATS: s.nc, Agents: agents, Deltas: s.bus, Logger: s.logger,
+			Namespace:       natsbus.Namespace(cfg.NATSNamespace),
+			ShutdownTimeout: cfg.ShutdownTimeout,
+			Observer:        s.metrics,
+			Replicas:        cfg.NATSReplicas,
+			LeaseTTL:        cfg.LeaseTTL,
+		}); err != nil {
+			return nil, err
+		}
+		runner = s.pool
+	}
+	if s.conv, err = conversation.New(conversation.Config{Log: s.db, Agents: agents, Runner: runner, Outbox: s.relay, Logger: s.logger}); err != nil {
 		return nil, err
 	}
 	if cfg.Auth != nil && cfg.Auth.Enabled() {
@@ -227,32 +230,23 @@ func Start(cfg Config) (_ *Service, err error) {
 		}
 	}
 	if s.http, err = transport.New(transport.Options{
-		Log:        s.db,
-		Agents:     agents,
-		Deltas:     deltaSource{s.bus},
-		Admitted:   func(clog.Submission) { s.relay.Kick() },
-		Ready:      s.ready,
-		Abort:      abort,
-		Claim:      claim,
-		Quiesce:    quiesce,
-		ListAgents: agents.List,
-		MaxTurns: func(name string) int {
-			o, _ := agents.Options(name)
-			return o.MaxTurns
-		},
-		MaxBody:      cfg.MaxBody,
-		Heartbeat:    cfg.Heartbeat,
-		WriteTimeout: cfg.SSEWriteTimeout,
-		MaxLag:       cfg.SSEMaxLag,
-		CORSOrigins:  cfg.CORSOrigins,
-		Auth:         s.authenticator(),
-		Limits:       authLimits(cfg.Auth),
-		Logger:       s.logger,
+		Log:           s.db,
+		Conversations: s.conv,
+		Deltas:        deltaSource{s.bus},
+		Ready:         readiness{s},
+		MaxBody:       cfg.MaxBody,
+		Heartbeat:     cfg.Heartbeat,
+		WriteTimeout:  cfg.SSEWriteTimeout,
+		MaxLag:        cfg.SSEMaxLag,
+		CORSOrigins:   cfg.CORSOrigins,
+		Auth:          s.authenticator(),
+		Limits:        authLimits(cfg.Auth),
+		Logger:        s.logger,
 		// The adapters' default A2A card.
 		A2ADefaultAgent: cfg.A2ADefaultAgent,
 		Observer:        s.metrics,
 		Metrics:         s.metrics.Handler(),
-		Backup:          s.db.Backup,
+		Backup:          s.db,
 
 		BodyReadTimeout: cfg.BodyReadTimeout,
 		BodyBudget:      cfg.BodyBudget,
@@ -321,6 +315,11 @@ func (s *Service) Addr() string { return s.ln.Addr().String() }
 
 // Failed delivers the first error of a component that stopped by itself.
 func (s *Service) Failed() <-chan error { return s.errs }
+
+// readiness is the service's /readyz condition.
+type readiness struct{ s *Service }
+
+func (r readiness) Ready() error { return r.s.ready() }
 
 // ready is /readyz's condition besides the log being open: NATS connected
 // and the outbox draining. Admission works without either (the log is the

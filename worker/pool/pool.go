@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/convlog/convlog/internal/conversation"
 	"hash/maphash"
 	"log/slog"
 	"slices"
@@ -87,6 +88,9 @@ func (p *Pool) Running() (turns, submissions int) {
 	}
 	return len(seen), len(p.running)
 }
+
+// The pool is the local conversation.Runner.
+var _ conversation.Runner = (*Pool)(nil)
 
 // Pool consumes admitted submissions and runs their turns: one at a time
 // per session, in admission order, each submission at most once.
@@ -381,8 +385,8 @@ func (p *Pool) handle(msg jetstream.Msg) {
 	p.dispatch(key)
 }
 
-// Claim is a pool's offer to start one delivery in its admission's own
-// commit. The caller admits with StartTurn = TurnID(), reports the
+// Claim is a pool's offer (a conversation.Claim) to start one delivery in
+// its admission's own commit. The caller admits with StartTurn = TurnID(), reports the
 // committed submission with Started, and always calls Release, typically
 // with defer: Release after Started hands the submission to the session's
 // runner, Release without it tells the runner nothing started. Release is
@@ -429,13 +433,13 @@ func (c *Claim) Release() {
 // when this pool holds the session idle (its runner lingering with the
 // lease), the Claim carries a turn id for log.Admission.StartTurn and the
 // runner runs the turn without a second commit before the agent.
-// Otherwise it offers nothing and the delivery is admitted as usual.
-func (p *Pool) Claim(key clog.Key) *Claim {
+// Otherwise it offers nothing (nil) and the delivery is admitted as usual.
+func (p *Pool) Claim(key clog.Key) conversation.Claim {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := p.sessions[key]
 	if s == nil || !s.lingering || s.claimed || p.stopping {
-		return &Claim{}
+		return nil
 	}
 	s.claimed = true
 	return &Claim{turnID: "turn_" + ulid.Make().String(), s: s}

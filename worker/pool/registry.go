@@ -48,14 +48,6 @@ func (r *Registry) RegisterWith(name string, agent worker.Agent, opts worker.Age
 	return nil
 }
 
-// Agent reports whether name is served and its busy policy.
-func (r *Registry) Agent(name string) (policy string, ok bool) {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	a, ok := r.agents[name]
-	return string(a.opts.Busy), ok
-}
-
 // Options returns the options name is served with.
 func (r *Registry) Options(name string) (worker.AgentOptions, bool) {
 	r.mu.RLock()

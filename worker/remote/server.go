@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/convlog/convlog/internal/conversation"
 	"log/slog"
 	"sync"
 	"time"
@@ -308,6 +309,13 @@ func (s *Server) replayed(ctx context.Context, w clog.Write, err error) bool {
 	}
 	return true
 }
+
+// The remote workers' log owner is the conversation.Runner of a process
+// that runs no agents.
+var _ conversation.Runner = (*Server)(nil)
+
+// Claim makes no fast-path offer: the turns start in other processes.
+func (s *Server) Claim(clog.Key) conversation.Claim { return nil }
 
 // Abort ends a submission for the HTTP API when no agents run in this
 // process (`serve --workers=0`): one not yet started is settled aborted
