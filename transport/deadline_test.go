@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
 )
 
 // A client that asks for a large JSON page and never reads it holds the
