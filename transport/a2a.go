@@ -298,7 +298,6 @@ type a2aCall struct {
 	s        *Server
 	c        echo.Context
 	agent    string
-	policy   string
 	id       json.RawMessage
 	params   json.RawMessage
 	streamed bool

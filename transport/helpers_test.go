@@ -265,7 +265,7 @@ func newEnvLog(t testing.TB, logOpts *log.Options, opts ...envOption) *env {
 		Deltas:  e.hub,
 		MaxBody: 64 << 10,
 		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}, Agents: agents{"echo": worker.BusyEnqueue, "strict": worker.BusyReject, "plain": ""}}
+	}, Agents: agents{"echo": worker.BusyJoin, "strict": worker.BusyReject, "plain": ""}}
 	for _, opt := range opts {
 		opt(&o)
 	}

@@ -28,7 +28,7 @@ func serveEnv(t *testing.T) string {
 		t.Fatal(err)
 	}
 	srv, err := transport.New(transport.Options{
-		Log: db, Conversations: newCore(t, db, agents{"echo": worker.BusyEnqueue}, nil, nil),
+		Log: db, Conversations: newCore(t, db, agents{"echo": worker.BusyJoin}, nil, nil),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {

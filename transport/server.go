@@ -198,7 +198,6 @@ const (
 type Server struct {
 	opts   Options
 	db     Log
-	lc     *lifecycle // nil when the log has no lifecycle
 	log    *slog.Logger
 	echo   *echo.Echo
 	stopAd atomic.Bool // StopAdmitting was called

@@ -132,8 +132,8 @@ func (c *Core) Agent(name string) (worker.AgentOptions, error) {
 	if !ok {
 		return o, fmt.Errorf("%w %q", ErrUnknownAgent, name)
 	}
-	if o.Busy == "" || o.Busy == worker.BusyEnqueue {
-		o.Busy = worker.BusyJoin
+	if p, err := worker.ParseBusyPolicy(string(o.Busy)); err == nil {
+		o.Busy = p // "" and the deprecated name are join
 	}
 	return o, nil
 }
