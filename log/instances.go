@@ -11,6 +11,8 @@ import (
 
 	"github.com/oklog/ulid/v2"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/convlog/convlog/log/record"
 )
 
 // An instance is the set of an agent's streams that share an instance name,
@@ -61,7 +63,7 @@ type StaleGenerationError struct {
 }
 
 func (e *StaleGenerationError) Error() string {
-	return fmt.Sprintf("%v: uid %q is not the instance's current generation %q", ErrStaleGeneration, clip(e.Named), e.Current)
+	return fmt.Sprintf("%v: uid %q is not the instance's current generation %q", ErrStaleGeneration, record.Clip(e.Named, 40), e.Current)
 }
 
 func (e *StaleGenerationError) Unwrap() error { return ErrStaleGeneration }

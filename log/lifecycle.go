@@ -12,6 +12,8 @@ import (
 
 	"github.com/oklog/ulid/v2"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/convlog/convlog/log/record"
 )
 
 // ChangeKind names a lifecycle change of a conversation.
@@ -307,15 +309,15 @@ func findOnPath(tx *bolt.Tx, meta streamMeta, path []pathEntry, entryID string, 
 	for i, e := range path {
 		if e.ID == entryID {
 			if userOnly && e.Type != EntryUserMessage {
-				return 0, fmt.Errorf("%w: %s is a %s, not a user message", ErrNotOnPath, clip(entryID), e.Type)
+				return 0, fmt.Errorf("%w: %s is a %s, not a user message", ErrNotOnPath, record.Clip(entryID, 40), e.Type)
 			}
 			return i, nil
 		}
 	}
 	if tx.Bucket(bucketEntries).Get(entryKey(meta.id, entryID)) == nil {
-		return 0, fmt.Errorf("%w: %s", ErrUnknownEntry, clip(entryID))
+		return 0, fmt.Errorf("%w: %s", ErrUnknownEntry, record.Clip(entryID, 40))
 	}
-	return 0, fmt.Errorf("%w: %s", ErrNotOnPath, clip(entryID))
+	return 0, fmt.Errorf("%w: %s", ErrNotOnPath, record.Clip(entryID, 40))
 }
 
 func failureOf(kind ChangeKind) *Failure {

@@ -10,12 +10,14 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/convlog/convlog/log/record"
 )
 
 func getSubmission(tx *bolt.Tx, id string) (*storedSubmission, error) {
 	v := tx.Bucket(bucketSubmissions).Get([]byte(id))
 	if v == nil {
-		return nil, fmt.Errorf("%w: %s", ErrSubmissionNotFound, clip(id))
+		return nil, fmt.Errorf("%w: %s", ErrSubmissionNotFound, record.Clip(id, 40))
 	}
 	var s storedSubmission
 	if err := decodeSubmission(v, &s); err != nil {

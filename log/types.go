@@ -99,13 +99,6 @@ func incarnationOf(id ulid.ULID) Incarnation {
 	return Incarnation(record.IncarnationPrefix + id.String())
 }
 
-// clip shortens a string from outside for an error message.
-func clip(s string) string {
-	if len(s) > 40 {
-		return s[:40] + "…"
-	}
-	return s
-}
 
 // printable accepts valid UTF-8 without control characters: anything else
 // would be rewritten by the JSON encoder.

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/convlog/convlog/log/record"
 )
 
 // Verb is what a scope allows.
@@ -50,19 +52,19 @@ func ParseScope(s string) (Scope, error) {
 	}
 	verb, rest, ok := strings.Cut(s, ":")
 	if !ok {
-		return Scope{}, fmt.Errorf("%w %q: want admin or verb:agent/instance", ErrInvalidScope, clip(s))
+		return Scope{}, fmt.Errorf("%w %q: want admin or verb:agent/instance", ErrInvalidScope, record.Clip(s, 60))
 	}
 	switch Verb(verb) {
 	case VerbRead, VerbDeliver, VerbAbort, VerbManage:
 	default:
-		return Scope{}, fmt.Errorf("%w %q: unknown verb %q (read, deliver, abort, manage or admin)", ErrInvalidScope, clip(s), clip(verb))
+		return Scope{}, fmt.Errorf("%w %q: unknown verb %q (read, deliver, abort, manage or admin)", ErrInvalidScope, record.Clip(s, 60), record.Clip(verb, 60))
 	}
 	agent, instance, ok := strings.Cut(rest, "/")
 	if !ok || agent == "" || instance == "" || strings.Contains(instance, "/") {
-		return Scope{}, fmt.Errorf("%w %q: want %s:agent/instance", ErrInvalidScope, clip(s), verb)
+		return Scope{}, fmt.Errorf("%w %q: want %s:agent/instance", ErrInvalidScope, record.Clip(s, 60), verb)
 	}
 	if agent == SubjectPattern {
-		return Scope{}, fmt.Errorf("%w %q: %s stands for an instance, not an agent", ErrInvalidScope, clip(s), SubjectPattern)
+		return Scope{}, fmt.Errorf("%w %q: %s stands for an instance, not an agent", ErrInvalidScope, record.Clip(s, 60), SubjectPattern)
 	}
 	for _, p := range []string{agent, instance} {
 		if p == "*" || p == SubjectPattern {
@@ -70,7 +72,7 @@ func ParseScope(s string) (Scope, error) {
 		}
 		name := strings.TrimSuffix(p, "*")
 		if name == "" || strings.ContainsAny(name, "*{}") || !validName(name) {
-			return Scope{}, fmt.Errorf("%w %q: %q is not a name, a name*, * or %s", ErrInvalidScope, clip(s), clip(p), SubjectPattern)
+			return Scope{}, fmt.Errorf("%w %q: %q is not a name, a name*, * or %s", ErrInvalidScope, record.Clip(s, 60), record.Clip(p, 60), SubjectPattern)
 		}
 	}
 	return Scope{Verb: Verb(verb), Agent: agent, Instance: instance}, nil
@@ -124,11 +126,4 @@ func validName(s string) bool {
 		}
 	}
 	return len(s) <= 128
-}
-
-func clip(s string) string {
-	if r := []rune(s); len(r) > 60 {
-		return string(r[:60]) + "…"
-	}
-	return s
 }

@@ -79,7 +79,7 @@ func readAPIError(resp *http.Response) error {
 		return eb.Error
 	}
 	return &wire.APIError{Status: resp.StatusCode, Code: "http_" + strconv.Itoa(resp.StatusCode),
-		Message: strings.TrimSpace(clip(string(body)))}
+		Message: strings.TrimSpace(record.Clip(string(body), 80))}
 }
 
 func decodeJSON(resp *http.Response, v any) error {
@@ -350,7 +350,7 @@ func (r *StreamReader) parse(f *Frame) error {
 	case wire.FrameError:
 		e := &wire.APIError{}
 		if err := json.Unmarshal(f.Raw, e); err != nil || e.Code == "" {
-			e = &wire.APIError{Code: wire.CodeInternal, Message: "malformed error frame: " + clip(string(f.Raw))}
+			e = &wire.APIError{Code: wire.CodeInternal, Message: "malformed error frame: " + record.Clip(string(f.Raw), 80)}
 		}
 		r.stopped = e
 		return e
@@ -391,10 +391,3 @@ func IsCode(err error, code string) bool {
 	return errors.As(err, &e) && e.Code == code
 }
 
-// clip keeps a server's text short in an error message.
-func clip(s string) string {
-	if r := []rune(s); len(r) > 80 {
-		return string(r[:80]) + "…"
-	}
-	return s
-}
