@@ -68,11 +68,11 @@ fuzz:
 bench-log:
 	$(GO) test -run '^$$' -bench . -benchtime 3s ./log/
 
-# The replicated write path prototype (internal/replproto, docs/scale-out.md):
+# The replicated write path prototype (cmd/convlog-bench/replproto, docs/scale-out.md):
 # conditional batched publishes to an R3 stream of an in-process 3-node
 # cluster (fsync before ack), beside the bare-bbolt group commit.
 bench-repl:
-	$(GO) test -run '^$$' -bench . -benchtime 60000x ./internal/replproto/
+	cd cmd/convlog-bench && $(GO) test -run '^$$' -bench . -benchtime 60000x ./replproto/
 
 # The benchmark is a module of its own (cmd/convlog-bench/go.mod), so the
 # product never links its PostgreSQL, Redis and plotting dependencies.
