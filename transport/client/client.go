@@ -390,4 +390,3 @@ func IsCode(err error, code string) bool {
 	var e *wire.APIError
 	return errors.As(err, &e) && e.Code == code
 }
-
