@@ -99,7 +99,6 @@ func incarnationOf(id ulid.ULID) Incarnation {
 	return Incarnation(record.IncarnationPrefix + id.String())
 }
 
-
 // printable accepts valid UTF-8 without control characters: anything else
 // would be rewritten by the JSON encoder.
 func printable(s string) bool { return record.Printable(s) }
