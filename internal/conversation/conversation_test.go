@@ -159,6 +159,38 @@ func TestAdmitBusyPolicies(t *testing.T) {
 	}
 }
 
+// Interrupt aborts the earlier submissions only (docs/protocol.md 6.2:
+// "once every earlier unsettled submission of the session has been
+// aborted"): a delivery admitted after this one, while this one is
+// interrupting, is not aborted by it. Here the later delivery is admitted
+// (and does its own interrupting) between the first's admission and its
+// read of the pending submissions.
+func TestAdmitInterruptAbortsOnlyEarlierSubmissions(t *testing.T) {
+	r := newRig(t, agents{"a": {Busy: worker.BusyInterrupt}})
+	key := log.Key{Agent: "a", Instance: "i", Session: "s"}
+	zero := r.admit(t, key, "zero")
+	zero = startTurn(t, r.db, zero)
+	var later log.Submission
+	r.log.onPending = func(log.Key) {
+		later = r.admit(t, key, "later")
+	}
+	first := r.admit(t, key, "first")
+	if later.ID == "" {
+		t.Fatal("the hook did not run")
+	}
+	for id, want := range map[string]log.Status{zero.ID: log.StatusAborted, first.ID: log.StatusAborted, later.ID: log.StatusAdmitted} {
+		if s := r.sub(t, id); s.Status != want {
+			t.Errorf("submission %s is %s, want %s", id, s.Status, want)
+		}
+	}
+	if ids := r.pendingIDs(t, key); !slices.Equal(ids, []string{later.ID}) {
+		t.Fatalf("pending %v, want the latest delivery only", ids)
+	}
+	sts := settlements(t, r.db, key)
+	settledOnce(t, sts, zero.ID, log.OutcomeAborted, "")
+	settledOnce(t, sts, first.ID, log.OutcomeAborted, "")
+}
+
 func TestAdmitMaxTurns(t *testing.T) {
 	r := newRig(t, agents{"a": {Busy: worker.BusyQueue, MaxTurns: 2}})
 	ctx := context.Background()
