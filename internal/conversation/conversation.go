@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -144,7 +145,7 @@ func (c *Core) Agents() []worker.AgentInfo { return c.agents.List() }
 // Admit admits a user message (a.Records) to a.Key under its agent's
 // rules. The caller sets what the request says (records, idempotency, uid,
 // submission id); the core sets the rest: RejectIfBusy, MaxTurns and the
-// fast path's StartTurn. Under the interrupt policy the session's other
+// fast path's StartTurn. Under the interrupt policy the session's earlier
 // unsettled submissions are aborted before Admit returns.
 func (c *Core) Admit(ctx context.Context, a log.Admission) (sub log.Submission, replayed bool, err error) {
 	o, err := c.Agent(a.Key.Agent)
@@ -217,8 +218,10 @@ func (c *Core) AbortSession(ctx context.Context, key log.Key) error {
 }
 
 // abortOthers is the interrupt policy: every unsettled submission of key
-// but keep is aborted. Not within the request's context alone: a client
-// that hangs up must not leave an older submission running before its own.
+// admitted before keep is aborted; one admitted after it is a later
+// interrupt's, which aborts keep instead. Not within the request's
+// context alone: a client that hangs up must not leave an older
+// submission running before its own.
 func (c *Core) abortOthers(ctx context.Context, key log.Key, keep string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), interruptTimeout)
 	defer cancel()
@@ -232,8 +235,18 @@ func (c *Core) abortPending(ctx context.Context, key log.Key, keep string) error
 	if err != nil {
 		return fmt.Errorf("read pending: %w", err)
 	}
+	if keep != "" {
+		// Pending is in admission order: those before keep are earlier.
+		// If keep is no longer pending, it settled (a later interrupt
+		// aborted it, say): what is left is not its to abort.
+		i := slices.IndexFunc(pending, func(p log.Submission) bool { return p.ID == keep })
+		if i < 0 {
+			return nil
+		}
+		pending = pending[:i]
+	}
 	for _, p := range pending {
-		if p.ID == keep || p.Status.Terminal() {
+		if p.Status.Terminal() {
 			continue
 		}
 		if _, err := c.runner.Abort(ctx, p.ID); err != nil && !errors.Is(err, log.ErrSubmissionSettled) {
