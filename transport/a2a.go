@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/convlog/convlog/internal/auth"
+	"github.com/convlog/convlog/internal/conversation/turnview"
 	"github.com/convlog/convlog/log"
 	"github.com/labstack/echo/v4"
 	"github.com/oklog/ulid/v2"
@@ -757,12 +758,11 @@ func (s *Server) taskOf(ctx context.Context, id string, history int) (a2aTask, e
 		return a2aTask{}, err
 	}
 	sink := &textSink{}
-	v := s.newTurnView(sub.Key, sub, nil, false, sink)
-	v.snapshot = true
-	if err := v.run(ctx); err != nil && !errors.Is(err, errViewReset) {
+	v := s.turnView(sub.Key, sub, nil, false, sink)
+	if err := v.Snapshot(ctx); err != nil && !errors.Is(err, turnview.ErrReset) {
 		return a2aTask{}, err
 	}
-	if v.done {
+	if v.Settled() {
 		// The status may have been read before the settlement the view saw.
 		if sub, err = s.db.Submission(ctx, id); err != nil {
 			return a2aTask{}, err
@@ -843,13 +843,13 @@ func (s *Server) userMessage(ctx context.Context, sub log.Submission) (*a2aMessa
 // textSink collects the answer's text.
 type textSink struct{ text strings.Builder }
 
-func (k *textSink) emit(ev viewEvent) {
-	if ev.Op == opPartDelta && ev.Kind == kindText {
+func (k *textSink) Emit(ev turnview.Event) {
+	if ev.Op == turnview.OpPartDelta && ev.Kind == turnview.KindText {
 		k.text.WriteString(ev.Delta)
 	}
 }
-func (k *textSink) keepalive()   {}
-func (k *textSink) flush() error { return nil }
+func (k *textSink) Keepalive()   {}
+func (k *textSink) Flush() error { return nil }
 
 // sendStreaming is SendStreamingMessage: the task, then its updates as SSE.
 func (a *a2aCall) sendStreaming() *rpcError {
@@ -902,11 +902,11 @@ func (a *a2aCall) stream(key log.Key, sub log.Submission, cur DeltaCursor, fresh
 	w := s.openSSE(a.c, map[string]string{a2aVersionHeader: a2aVersion})
 	defer w.release()
 	sink := &a2aSink{w: w, id: a.id, sub: sub}
-	err := s.newTurnView(key, sub, cur, fresh, sink).run(a.ctx())
+	err := s.turnView(key, sub, cur, fresh, sink).Run(a.ctx())
 	switch {
-	case err == nil, errors.Is(err, errViewStopped):
+	case err == nil, errors.Is(err, turnview.ErrStopped):
 	default:
-		if !errors.Is(err, errViewReset) {
+		if !errors.Is(err, turnview.ErrReset) {
 			s.log.ErrorContext(a.ctx(), "a2a stream", "key", key.String(), "err", err)
 		}
 		sink.send(rpcResponse{JSONRPC: "2.0", ID: a.id, Error: rpcErr(rpcInternalError, "%s", err.Error())})
@@ -941,9 +941,9 @@ func (k *a2aSink) status(state string, sub log.Submission) {
 	k.result(a2aStreamResponse{StatusUpdate: &a2aStatusUpdate{TaskID: k.sub.ID, ContextID: k.sub.Key.Instance, Status: st}})
 }
 
-func (k *a2aSink) emit(ev viewEvent) {
+func (k *a2aSink) Emit(ev turnview.Event) {
 	switch ev.Op {
-	case opStart:
+	case turnview.OpStart:
 		// The first event is the task as it stands, without its answer:
 		// the updates that follow carry the answer from its start.
 		t := a2aTask{ID: k.sub.ID, ContextID: k.sub.Key.Instance, Status: taskStatus(k.sub)}
@@ -952,8 +952,8 @@ func (k *a2aSink) emit(ev viewEvent) {
 		}
 		k.working = t.Status.State == taskWorking
 		k.result(a2aStreamResponse{Task: &t})
-	case opPartDelta:
-		if ev.Kind != kindText || ev.Delta == "" {
+	case turnview.OpPartDelta:
+		if ev.Kind != turnview.KindText || ev.Delta == "" {
 			return
 		}
 		if !k.working {
@@ -964,7 +964,7 @@ func (k *a2aSink) emit(ev viewEvent) {
 			Artifact: a2aArtifact{ArtifactID: a2aArtifactID, Name: a2aArtifactID, Parts: []a2aPart{textPart(ev.Delta)}},
 			Append:   k.appended}})
 		k.appended = true
-	case opFinish:
+	case turnview.OpFinish:
 		if k.appended {
 			k.result(a2aStreamResponse{ArtifactUpdate: &a2aArtifactUpdate{TaskID: k.sub.ID, ContextID: k.sub.Key.Instance,
 				Artifact: a2aArtifact{ArtifactID: a2aArtifactID, Name: a2aArtifactID, Parts: []a2aPart{textPart("")}},
@@ -978,8 +978,8 @@ func (k *a2aSink) emit(ev viewEvent) {
 	}
 }
 
-func (k *a2aSink) keepalive()   { k.w.comment("keepalive") }
-func (k *a2aSink) flush() error { return k.w.flush() }
+func (k *a2aSink) Keepalive()   { k.w.comment("keepalive") }
+func (k *a2aSink) Flush() error { return k.w.flush() }
 
 // clipMessage bounds an error message echoed to a client.
 func clipMessage(s string) string {

@@ -10,13 +10,15 @@ import (
 	"sync"
 	"time"
 
+	"github.com/convlog/convlog/internal/conversation/turnview"
 	"github.com/convlog/convlog/log"
 	"github.com/labstack/echo/v4"
 )
 
 // Shared plumbing of the client adapters (aisdk.go, agui.go, a2a.go): they
 // admit a user message exactly as POST /agents/... does and show the answer
-// through a turnView.
+// through a turnview.View, whose events each adapter's sink encodes in its
+// client's format.
 
 // adapterAgentName is the :agent parameter, checked as a name. Whether the
 // agent exists is asked only after the caller's scopes allow the
@@ -145,7 +147,29 @@ func failureText(f *log.Failure, outcome log.Outcome) string {
 	return f.Message
 }
 
-// viewFor opens what a view of sub needs: a delta cursor opened before the
+// turnView prepares the view of sub for an adapter's sink. fresh says that
+// cursor followed the deltas before the turn answering sub could have
+// published any.
+func (s *Server) turnView(key log.Key, sub log.Submission, cursor DeltaCursor, fresh bool, sink turnview.Sink) *turnview.View {
+	c := turnview.Config{Log: s.db, Heartbeat: s.opts.Heartbeat, PageLimit: streamPageLimit, Stopping: s.closing}
+	return turnview.New(c, key, sub, cursor, fresh, sink) // a nil cursor stays a nil Deltas
+}
+
+// followDeltas opens a delta cursor for key, or nil when there is no source
+// or it fails (the view then serves the log alone).
+func (s *Server) followDeltas(ctx context.Context, key log.Key) DeltaCursor {
+	if s.opts.Deltas == nil {
+		return nil
+	}
+	cur, err := s.opts.Deltas.FollowDeltas(key)
+	if err != nil {
+		s.log.WarnContext(ctx, "following deltas", "key", key.String(), "err", err)
+		return nil
+	}
+	return cur
+}
+
+// viewCursor opens what a view of sub needs: a delta cursor opened before the
 // submission's status is read, so that fresh is exact (no frame of its turn
 // can predate the cursor when it had not started). The caller closes the
 // cursor.

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/convlog/convlog/internal/auth"
+	"github.com/convlog/convlog/internal/conversation/turnview"
 	"github.com/convlog/convlog/log"
 	"github.com/labstack/echo/v4"
 )
@@ -152,11 +153,11 @@ func (s *Server) agUIRun(c echo.Context) error {
 	w := s.openSSE(c, nil)
 	defer w.release()
 	sink := &aguiSink{w: w, threadID: in.ThreadID, runID: in.RunID}
-	err = s.newTurnView(key, sub, cur, fresh, sink).run(ctx)
+	err = s.turnView(key, sub, cur, fresh, sink).Run(ctx)
 	switch {
-	case err == nil, errors.Is(err, errViewStopped):
+	case err == nil, errors.Is(err, turnview.ErrStopped):
 	default:
-		if !errors.Is(err, errViewReset) {
+		if !errors.Is(err, turnview.ErrReset) {
 			s.log.ErrorContext(ctx, "ag-ui stream", "key", key.String(), "err", err)
 		}
 		sink.closeOpen()
@@ -199,43 +200,43 @@ func (k *aguiSink) event(e aguiEvent) { k.w.event("", compactJSON(e)) }
 // after its submission.
 func (k *aguiSink) msgID(id string) string { return k.subID + "." + id }
 
-func (k *aguiSink) emit(ev viewEvent) {
+func (k *aguiSink) Emit(ev turnview.Event) {
 	switch ev.Op {
-	case opStart:
+	case turnview.OpStart:
 		k.subID = ev.Sub.ID
 		k.open = map[string]string{}
 		k.event(aguiEvent{Type: "RUN_STARTED", ThreadID: k.threadID, RunID: k.runID})
-	case opPartStart:
+	case turnview.OpPartStart:
 		id := k.msgID(ev.ID)
 		k.open[id] = ev.Kind
-		if ev.Kind == kindReasoning {
+		if ev.Kind == turnview.KindReasoning {
 			k.event(aguiEvent{Type: "REASONING_START", MessageID: id})
 			k.event(aguiEvent{Type: "REASONING_MESSAGE_START", MessageID: id, Role: "reasoning"})
 		} else {
 			k.lastText = id
 			k.event(aguiEvent{Type: "TEXT_MESSAGE_START", MessageID: id, Role: "assistant"})
 		}
-	case opPartDelta:
+	case turnview.OpPartDelta:
 		if ev.Delta == "" {
 			return
 		}
 		t := "TEXT_MESSAGE_CONTENT"
-		if ev.Kind == kindReasoning {
+		if ev.Kind == turnview.KindReasoning {
 			t = "REASONING_MESSAGE_CONTENT"
 		}
 		k.event(aguiEvent{Type: t, MessageID: k.msgID(ev.ID), Delta: ev.Delta})
-	case opPartEnd:
+	case turnview.OpPartEnd:
 		k.end(k.msgID(ev.ID), ev.Kind)
-	case opToolCall:
+	case turnview.OpToolCall:
 		// The call belongs to the text before it: one assistant message
 		// with its tool calls, as the client builds it.
 		k.event(aguiEvent{Type: "TOOL_CALL_START", ToolCallID: ev.ID, ToolCallName: ev.ToolName, ParentMsgID: k.lastText})
 		k.event(aguiEvent{Type: "TOOL_CALL_ARGS", ToolCallID: ev.ID, Delta: string(rawOrNull(ev.Input))})
 		k.event(aguiEvent{Type: "TOOL_CALL_END", ToolCallID: ev.ID})
-	case opToolResult:
+	case turnview.OpToolResult:
 		content := toolResultText(ev.Output)
 		k.event(aguiEvent{Type: "TOOL_CALL_RESULT", MessageID: k.subID + ".result." + ev.ID, ToolCallID: ev.ID, Content: &content, Role: "tool"})
-	case opFinish:
+	case turnview.OpFinish:
 		k.closeOpen()
 		switch ev.Outcome {
 		case log.OutcomeCompleted:
@@ -261,7 +262,7 @@ func (k *aguiSink) end(id, kind string) {
 		return
 	}
 	delete(k.open, id)
-	if kind == kindReasoning {
+	if kind == turnview.KindReasoning {
 		k.event(aguiEvent{Type: "REASONING_MESSAGE_END", MessageID: id})
 		k.event(aguiEvent{Type: "REASONING_END", MessageID: id})
 		return
@@ -286,5 +287,5 @@ func toolResultText(out json.RawMessage) string {
 	return string(rawOrNull(out))
 }
 
-func (k *aguiSink) keepalive()   { k.w.comment("keepalive") }
-func (k *aguiSink) flush() error { return k.w.flush() }
+func (k *aguiSink) Keepalive()   { k.w.comment("keepalive") }
+func (k *aguiSink) Flush() error { return k.w.flush() }

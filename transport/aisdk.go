@@ -8,6 +8,7 @@ import (
 	"net/http"
 
 	"github.com/convlog/convlog/internal/auth"
+	"github.com/convlog/convlog/internal/conversation/turnview"
 	"github.com/convlog/convlog/log"
 	"github.com/labstack/echo/v4"
 )
@@ -261,13 +262,13 @@ func (s *Server) aiSDKServe(c echo.Context, key log.Key, sub log.Submission, cur
 	w := s.openSSE(c, map[string]string{aiSDKStreamHeader: "v1"})
 	defer w.release()
 	sink := &aiSDKSink{w: w}
-	err := s.newTurnView(key, sub, cur, fresh, sink).run(c.Request().Context())
+	err := s.turnView(key, sub, cur, fresh, sink).Run(c.Request().Context())
 	switch {
 	case err == nil:
-	case errors.Is(err, errViewStopped):
+	case errors.Is(err, turnview.ErrStopped):
 		return nil // cut: the client resumes
 	default:
-		if !errors.Is(err, errViewReset) {
+		if !errors.Is(err, turnview.ErrReset) {
 			s.log.ErrorContext(c.Request().Context(), "ai-sdk stream", "key", key.String(), "err", err)
 		}
 		sink.chunk(aiError{Type: "error", ErrorText: err.Error()})
@@ -329,34 +330,34 @@ type (
 	}
 )
 
-func (k *aiSDKSink) emit(ev viewEvent) {
+func (k *aiSDKSink) Emit(ev turnview.Event) {
 	prefix := "text"
-	if ev.Kind == kindReasoning {
+	if ev.Kind == turnview.KindReasoning {
 		prefix = "reasoning"
 	}
 	switch ev.Op {
-	case opStart:
+	case turnview.OpStart:
 		k.chunk(aiStart{Type: "start", MessageID: ev.Sub.ID, MessageMetadata: aiMetadata{ev.Sub.ID}})
 		k.chunk(map[string]string{"type": "start-step"})
-	case opPartStart:
+	case turnview.OpPartStart:
 		k.chunk(aiPartChunk{Type: prefix + "-start", ID: ev.ID})
-	case opPartDelta:
+	case turnview.OpPartDelta:
 		d := ev.Delta
 		k.chunk(aiPartChunk{Type: prefix + "-delta", ID: ev.ID, Delta: &d})
-	case opPartEnd:
+	case turnview.OpPartEnd:
 		k.chunk(aiPartChunk{Type: prefix + "-end", ID: ev.ID})
-	case opToolCall:
+	case turnview.OpToolCall:
 		input := string(rawOrNull(ev.Input))
 		k.chunk(aiTool{Type: "tool-input-start", ToolCallID: ev.ID, ToolName: ev.ToolName, ProviderExecuted: true})
 		k.chunk(aiTool{Type: "tool-input-delta", ToolCallID: ev.ID, InputTextDelta: &input})
 		k.chunk(aiTool{Type: "tool-input-available", ToolCallID: ev.ID, ToolName: ev.ToolName, Input: rawOrNull(ev.Input), ProviderExecuted: true})
-	case opToolResult:
+	case turnview.OpToolResult:
 		if ev.IsError {
 			k.chunk(aiTool{Type: "tool-output-error", ToolCallID: ev.ID, ErrorText: string(rawOrNull(ev.Output)), ProviderExecuted: true})
 		} else {
 			k.chunk(aiTool{Type: "tool-output-available", ToolCallID: ev.ID, Output: rawOrNull(ev.Output), ProviderExecuted: true})
 		}
-	case opFinish:
+	case turnview.OpFinish:
 		k.chunk(map[string]string{"type": "finish-step"})
 		reason := "stop"
 		switch ev.Outcome {
@@ -372,5 +373,5 @@ func (k *aiSDKSink) emit(ev viewEvent) {
 	}
 }
 
-func (k *aiSDKSink) keepalive()   { k.w.comment("keepalive") }
-func (k *aiSDKSink) flush() error { return k.w.flush() }
+func (k *aiSDKSink) Keepalive()   { k.w.comment("keepalive") }
+func (k *aiSDKSink) Flush() error { return k.w.flush() }

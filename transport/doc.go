@@ -10,9 +10,10 @@
 //
 // The client adapters (aisdk.go, agui.go, a2a.go, docs/adapters.md) serve
 // the same conversations to the Vercel AI SDK's useChat, to AG-UI and to
-// A2A 1.0 callers. They are views, not copies: turnview.go derives one
-// submission's answer from the log and the live deltas, and each adapter
-// only encodes it. The live modes of live.go (NDJSON streams, long-poll
+// A2A 1.0 callers. They are views, not copies: the turn view (package
+// internal/conversation/turnview) derives one submission's answer from the
+// log and the live deltas (wire.DeltaFrame), and each adapter only encodes
+// its events in its client's format. The live modes of live.go (NDJSON streams, long-poll
 // pages) serve the same frames and pages as SSE and polling.
 //
 // docs/protocol.md is the reference of every route, frame and error, with

@@ -10,47 +10,22 @@ import (
 	"github.com/nats-io/nats.go"
 
 	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/transport/wire"
 )
 
-// Presentation frame types: deltas of a running turn. They are never
-// stored and never replayed; the conversation records of the same turn
-// supersede them.
+// DeltaFrame is a presentation frame: the bus carries its JSON form. The
+// type is defined once, in transport/wire (with the FrameDelta,
+// FrameToolCallDelta, FrameRetrying and FrameEvent types); these names are
+// aliases for the bus's producers.
+type DeltaFrame = wire.DeltaFrame
+
+// Presentation frame types (wire's).
 const (
-	FrameDelta         = "delta"
-	FrameToolCallDelta = "toolcall_delta"
-	FrameRetrying      = "retrying"
-	// FrameEvent relays an agent event of a type convlog does not know,
-	// unchanged, in Event (the contract's relay MUST 5).
-	FrameEvent = "event"
+	FrameDelta         = wire.FrameDelta
+	FrameToolCallDelta = wire.FrameToolCallDelta
+	FrameRetrying      = wire.FrameRetrying
+	FrameEvent         = wire.FrameEvent
 )
-
-// DeltaFrame is a presentation frame as readers receive it in SSE data.
-type DeltaFrame struct {
-	Type         string `json:"type"`
-	TurnID       string `json:"turnId"`
-	SubmissionID string `json:"submissionId"`
-
-	// delta: Kind is "text" or "reasoning".
-	Kind  string `json:"kind,omitempty"`
-	Delta string `json:"delta,omitempty"`
-
-	// toolcall_delta: a tool call began.
-	ToolCallID string          `json:"toolCallId,omitempty"`
-	ToolName   string          `json:"toolName,omitempty"`
-	Args       json.RawMessage `json:"args,omitempty"`
-	// ArgsDelta is a fragment of the arguments' JSON text while the model
-	// writes them; the frame with Args follows once they are complete.
-	ArgsDelta string `json:"argsDelta,omitempty"`
-
-	// retrying: the agent's advisory backoff.
-	Attempt     int    `json:"attempt,omitempty"`
-	MaxAttempts int    `json:"maxAttempts,omitempty"`
-	DelayMs     int64  `json:"delayMs,omitempty"`
-	Reason      string `json:"reason,omitempty"`
-
-	// event: the agent's event, byte for byte.
-	Event json.RawMessage `json:"event,omitempty"`
-}
 
 // deltaWindow is how many recent frames a conversation keeps for readers
 // that are busy writing: one further behind skips the oldest.
@@ -144,7 +119,7 @@ func (b *DeltaBus) deliver(m *nats.Msg) {
 }
 
 // Publish sends a frame to the readers of key, wherever they are.
-func (b *DeltaBus) Publish(key clog.Key, f DeltaFrame) error {
+func (b *DeltaBus) Publish(key clog.Key, f wire.DeltaFrame) error {
 	data, err := json.Marshal(f)
 	if err != nil {
 		return fmt.Errorf("delta frame: %w", err)

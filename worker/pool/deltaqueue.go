@@ -3,7 +3,7 @@ package pool
 import (
 	"sync"
 
-	"github.com/convlog/convlog/worker/natsbus"
+	"github.com/convlog/convlog/transport/wire"
 )
 
 // deltaQueue publishes a turn's presentation frames from a goroutine of
@@ -14,11 +14,11 @@ import (
 // is lost by merging: a merged frame's text is the concatenation of the
 // deltas it replaces, in order.
 type deltaQueue struct {
-	publish func(natsbus.DeltaFrame)
+	publish func(wire.DeltaFrame)
 
 	mu     sync.Mutex
 	idle   *sync.Cond // broadcast when a batch has been published
-	queued []natsbus.DeltaFrame
+	queued []wire.DeltaFrame
 	busy   bool // the goroutine is publishing a batch
 	closed bool
 
@@ -36,7 +36,7 @@ const (
 	maxMergedDelta = 64 << 10
 )
 
-func newDeltaQueue(publish func(natsbus.DeltaFrame)) *deltaQueue {
+func newDeltaQueue(publish func(wire.DeltaFrame)) *deltaQueue {
 	q := &deltaQueue{publish: publish, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	q.idle = sync.NewCond(&q.mu)
 	go q.run()
@@ -44,7 +44,7 @@ func newDeltaQueue(publish func(natsbus.DeltaFrame)) *deltaQueue {
 }
 
 // add queues f, merged into the last queued frame when it continues it.
-func (q *deltaQueue) add(f natsbus.DeltaFrame) {
+func (q *deltaQueue) add(f wire.DeltaFrame) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
@@ -63,14 +63,14 @@ func (q *deltaQueue) add(f natsbus.DeltaFrame) {
 
 // merge appends f to last if f continues it: text of the same kind, or
 // argument text of the same tool call.
-func merge(last *natsbus.DeltaFrame, f natsbus.DeltaFrame) bool {
+func merge(last *wire.DeltaFrame, f wire.DeltaFrame) bool {
 	switch {
 	case last.Type != f.Type || last.TurnID != f.TurnID:
 		return false
-	case f.Type == natsbus.FrameDelta && last.Kind == f.Kind && len(last.Delta)+len(f.Delta) <= maxMergedDelta:
+	case f.Type == wire.FrameDelta && last.Kind == f.Kind && len(last.Delta)+len(f.Delta) <= maxMergedDelta:
 		last.Delta += f.Delta
 		return true
-	case f.Type == natsbus.FrameToolCallDelta && last.ToolCallID == f.ToolCallID && last.ToolName == f.ToolName &&
+	case f.Type == wire.FrameToolCallDelta && last.ToolCallID == f.ToolCallID && last.ToolName == f.ToolName &&
 		last.Args == nil && f.Args == nil && last.ArgsDelta != "" && len(last.ArgsDelta)+len(f.ArgsDelta) <= maxMergedDelta:
 		last.ArgsDelta += f.ArgsDelta
 		return true
@@ -80,7 +80,7 @@ func merge(last *natsbus.DeltaFrame, f natsbus.DeltaFrame) bool {
 
 func (q *deltaQueue) run() {
 	defer close(q.done)
-	var batch []natsbus.DeltaFrame
+	var batch []wire.DeltaFrame
 	for {
 		q.mu.Lock()
 		for len(q.queued) == 0 && !q.closed {

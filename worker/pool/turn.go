@@ -11,6 +11,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/transport/wire"
 	"github.com/convlog/convlog/worker"
 	"github.com/convlog/convlog/worker/natsbus"
 )
@@ -249,7 +250,7 @@ type outcome struct {
 func (t *turn) run(ctx context.Context) error {
 	began := time.Now()
 	if bus := t.p.cfg.Deltas; bus != nil {
-		t.deltas = newDeltaQueue(func(f natsbus.DeltaFrame) {
+		t.deltas = newDeltaQueue(func(f wire.DeltaFrame) {
 			if err := bus.Publish(t.key, f); err != nil {
 				t.p.logger.Debug("worker: publish delta", "err", err)
 			}
@@ -326,7 +327,7 @@ func (t *turn) consume(ctx context.Context, agent worker.Agent, prompt worker.Pr
 			if ev.Type == worker.EventThinking {
 				kind, part = "reasoning", clog.PartReasoning
 			}
-			t.publish(natsbus.DeltaFrame{Type: natsbus.FrameDelta, Kind: kind, Delta: ev.Delta})
+			t.publish(wire.DeltaFrame{Type: wire.FrameDelta, Kind: kind, Delta: ev.Delta})
 			if err := t.addText(ctx, part, ev.Delta); err != nil {
 				return storageFailure(err)
 			}
@@ -342,7 +343,7 @@ func (t *turn) consume(ctx context.Context, agent worker.Agent, prompt worker.Pr
 				t.toolNames = map[string]string{}
 			}
 			t.toolNames[ev.ID] = ev.Name
-			t.publish(natsbus.DeltaFrame{Type: natsbus.FrameToolCallDelta, ToolCallID: ev.ID, ToolName: ev.Name, Args: args})
+			t.publish(wire.DeltaFrame{Type: wire.FrameToolCallDelta, ToolCallID: ev.ID, ToolName: ev.Name, Args: args})
 			if err := t.flushMessage(ctx); err != nil {
 				return storageFailure(err)
 			}
@@ -356,9 +357,9 @@ func (t *turn) consume(ctx context.Context, agent worker.Agent, prompt worker.Pr
 				return storageFailure(err)
 			}
 		case worker.EventToolInputDelta:
-			t.publish(natsbus.DeltaFrame{Type: natsbus.FrameToolCallDelta, ToolCallID: ev.ID, ToolName: ev.Name, ArgsDelta: ev.Delta})
+			t.publish(wire.DeltaFrame{Type: wire.FrameToolCallDelta, ToolCallID: ev.ID, ToolName: ev.Name, ArgsDelta: ev.Delta})
 		case worker.EventRetrying:
-			t.publish(natsbus.DeltaFrame{Type: natsbus.FrameRetrying, Attempt: ev.Attempt, MaxAttempts: ev.MaxAttempts, DelayMs: ev.DelayMs, Reason: ev.Reason})
+			t.publish(wire.DeltaFrame{Type: wire.FrameRetrying, Attempt: ev.Attempt, MaxAttempts: ev.MaxAttempts, DelayMs: ev.DelayMs, Reason: ev.Reason})
 		case worker.EventCompleted:
 			return outcome{outcome: clog.OutcomeCompleted, data: ev.Data}
 		case worker.EventFailed:
@@ -374,7 +375,7 @@ func (t *turn) consume(ctx context.Context, agent worker.Agent, prompt worker.Pr
 			if len(raw) == 0 || !json.Valid(raw) {
 				raw, _ = json.Marshal(ev)
 			}
-			t.publish(natsbus.DeltaFrame{Type: natsbus.FrameEvent, Event: raw})
+			t.publish(wire.DeltaFrame{Type: wire.FrameEvent, Event: raw})
 		}
 	}
 	switch cause := context.Cause(ctx); {
@@ -408,7 +409,7 @@ func (t *turn) endText() {
 	t.text = strings.Builder{}
 }
 
-func (t *turn) publish(f natsbus.DeltaFrame) {
+func (t *turn) publish(f wire.DeltaFrame) {
 	if t.deltas == nil {
 		return
 	}
