@@ -18,6 +18,8 @@ import (
 	"github.com/convlog/convlog/log"
 	"github.com/labstack/echo/v4"
 	"github.com/oklog/ulid/v2"
+
+	"github.com/convlog/convlog/log/record"
 )
 
 // The A2A adapter: A2A 1.0 over its JSON-RPC binding.
@@ -70,7 +72,7 @@ type rpcError struct {
 func (e *rpcError) Error() string { return e.Message }
 
 func rpcErr(code int, format string, args ...any) *rpcError {
-	return &rpcError{Code: code, Message: clipMessage(fmt.Sprintf(format, args...))}
+	return &rpcError{Code: code, Message: record.Clip(fmt.Sprintf(format, args...), 1024)}
 }
 
 type rpcRequest struct {
@@ -366,7 +368,7 @@ func (a *a2aCall) admitMessage() (log.Key, log.Submission, DeltaCursor, bool, bo
 	// Only a user's message is input: an agent's message sent as one would
 	// be stored as the user's words.
 	if m.Role != "ROLE_USER" && m.Role != "user" {
-		return log.Key{}, log.Submission{}, nil, false, false, rpcErr(rpcInvalidParams, `message.role must be "ROLE_USER", not %q`, clip(m.Role))
+		return log.Key{}, log.Submission{}, nil, false, false, rpcErr(rpcInvalidParams, `message.role must be "ROLE_USER", not %q`, record.Clip(m.Role, 40))
 	}
 	if m.TaskID != "" {
 		return log.Key{}, log.Submission{}, nil, false, false, rpcErr(a2aUnsupportedOperation,
@@ -980,11 +982,3 @@ func (k *a2aSink) Emit(ev turnview.Event) {
 
 func (k *a2aSink) Keepalive()   { k.w.comment("keepalive") }
 func (k *a2aSink) Flush() error { return k.w.flush() }
-
-// clipMessage bounds an error message echoed to a client.
-func clipMessage(s string) string {
-	if len(s) > 1024 {
-		return s[:1024] + "…"
-	}
-	return s
-}

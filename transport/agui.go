@@ -10,6 +10,8 @@ import (
 	"github.com/convlog/convlog/internal/conversation/turnview"
 	"github.com/convlog/convlog/log"
 	"github.com/labstack/echo/v4"
+
+	"github.com/convlog/convlog/log/record"
 )
 
 // The AG-UI adapter: POST /ag-ui/:agent takes a RunAgentInput and answers
@@ -53,7 +55,7 @@ func decodeAGUI(body []byte) (in aguiInput, msgID string, p log.MessagePayload, 
 	}
 	last := in.Messages[len(in.Messages)-1]
 	if last.Role != "user" {
-		return in, "", p, badRequest(`the last message must be the user's, not %q`, clip(last.Role))
+		return in, "", p, badRequest(`the last message must be the user's, not %q`, record.Clip(last.Role, 40))
 	}
 	var text string
 	if len(last.Content) > 0 && last.Content[0] == '"' {

@@ -11,6 +11,8 @@ import (
 	"github.com/convlog/convlog/internal/conversation/turnview"
 	"github.com/convlog/convlog/log"
 	"github.com/labstack/echo/v4"
+
+	"github.com/convlog/convlog/log/record"
 )
 
 // The Vercel AI SDK adapter: a useChat endpoint speaking the UI message
@@ -73,14 +75,14 @@ func decodeAIChat(body []byte) (chatID, msgID string, p log.MessagePayload, err 
 		}
 		return req.ID, req.MessageID, p, errRegenerate
 	default:
-		return "", "", p, badRequest(`"trigger" must be "submit-message", not %q`, clip(req.Trigger))
+		return "", "", p, badRequest(`"trigger" must be "submit-message", not %q`, record.Clip(req.Trigger, 40))
 	}
 	if len(req.Messages) == 0 {
 		return "", "", p, badRequest(`"messages" is empty`)
 	}
 	last := req.Messages[len(req.Messages)-1]
 	if last.Role != "user" {
-		return "", "", p, badRequest(`the last message must be the user's, not %q`, clip(last.Role))
+		return "", "", p, badRequest(`the last message must be the user's, not %q`, record.Clip(last.Role, 40))
 	}
 	for i, part := range last.Parts {
 		var lp log.Part

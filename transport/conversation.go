@@ -8,6 +8,8 @@ import (
 
 	"github.com/convlog/convlog/log"
 	"github.com/labstack/echo/v4"
+
+	"github.com/convlog/convlog/log/record"
 )
 
 // Page sizes of GET .../conversation, in records.
@@ -142,7 +144,7 @@ func queryLimit(c echo.Context) (int, error) {
 	}
 	n, err := strconv.Atoi(vs[0])
 	if err != nil || n < 1 || n > MaxPageLimit {
-		return 0, apiErr(http.StatusBadRequest, CodeInvalidLimit, "limit must be an integer from 1 to %d, not %q", MaxPageLimit, clip(vs[0]))
+		return 0, apiErr(http.StatusBadRequest, CodeInvalidLimit, "limit must be an integer from 1 to %d, not %q", MaxPageLimit, record.Clip(vs[0], 40))
 	}
 	return n, nil
 }

@@ -22,6 +22,8 @@ import (
 	"github.com/convlog/convlog/log"
 	"github.com/convlog/convlog/transport/wire"
 	"github.com/labstack/echo/v4"
+
+	"github.com/convlog/convlog/log/record"
 )
 
 // The delivery wire types are package wire's, shared with the client.
@@ -189,7 +191,7 @@ func decodeMessage(raw json.RawMessage) (log.MessagePayload, error) {
 		return p, badRequest(`"message.kind" is required and must be "user"`)
 	}
 	if *m.Kind != "user" {
-		return p, badRequest(`"message.kind" must be "user", not %q`, clip(*m.Kind))
+		return p, badRequest(`"message.kind" must be "user", not %q`, record.Clip(*m.Kind, 40))
 	}
 	if m.Body != nil {
 		if strings.TrimSpace(*m.Body) == "" {
@@ -214,7 +216,7 @@ func decodeMessage(raw json.RawMessage) (log.MessagePayload, error) {
 		case log.PurposeUser, log.PurposeDispatch, log.PurposeAdvisory:
 			p.Purpose = *m.Purpose
 		default:
-			return p, badRequest(`"message.purpose" must be "user", "dispatch" or "advisory", not %q`, clip(*m.Purpose))
+			return p, badRequest(`"message.purpose" must be "user", "dispatch" or "advisory", not %q`, record.Clip(*m.Purpose, 40))
 		}
 	}
 	if m.Display != nil {
@@ -222,7 +224,7 @@ func decodeMessage(raw json.RawMessage) (log.MessagePayload, error) {
 		case log.DisplayVisible, log.DisplayHidden, log.DisplayDiagnostic:
 			p.Display = *m.Display
 		default:
-			return p, badRequest(`"message.display" must be "visible", "hidden" or "diagnostic", not %q`, clip(*m.Display))
+			return p, badRequest(`"message.display" must be "visible", "hidden" or "diagnostic", not %q`, record.Clip(*m.Display, 40))
 		}
 	}
 	if !isNull(m.Metadata) {
@@ -249,7 +251,7 @@ func validatePart(p log.Part) error {
 			return errors.New(`a file part needs "mediaType"`)
 		}
 		if _, _, err := mime.ParseMediaType(p.MediaType); err != nil {
-			return fmt.Errorf(`"mediaType" %q is not a media type`, clip(p.MediaType))
+			return fmt.Errorf(`"mediaType" %q is not a media type`, record.Clip(p.MediaType, 40))
 		}
 		if p.URL == "" {
 			return errors.New(`a file part needs "url" (a data: URL for inline bytes)`)
@@ -273,7 +275,7 @@ func validatePart(p log.Part) error {
 	case "":
 		return errors.New(`"type" is required (text, file or data)`)
 	default:
-		return fmt.Errorf(`type %q is not accepted in a user message (text, file or data)`, clip(p.Type))
+		return fmt.Errorf(`type %q is not accepted in a user message (text, file or data)`, record.Clip(p.Type, 40))
 	}
 	set := map[string]bool{
 		"text": p.Text != "", "toolCallId": p.ToolCallID != "", "toolName": p.ToolName != "",
@@ -372,19 +374,6 @@ func printableText(s string) bool {
 		}
 	}
 	return true
-}
-
-// clip keeps echoed client input short in error messages.
-func clip(s string) string {
-	if len(s) <= 40 {
-		return s
-	}
-	for i := 40; i > 0; i-- {
-		if utf8.RuneStart(s[i]) {
-			return s[:i] + "…"
-		}
-	}
-	return ""
 }
 
 // deliver is POST /agents/:name/:instanceId.
@@ -507,11 +496,11 @@ func idempotencyKey(h http.Header) (string, error) {
 func checkJSONContentType(ct string) error {
 	mt, params, err := mime.ParseMediaType(ct)
 	if err != nil || mt != echo.MIMEApplicationJSON {
-		return apiErr(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, "the body must be application/json, not %q", clip(ct))
+		return apiErr(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, "the body must be application/json, not %q", record.Clip(ct, 40))
 	}
 	for k, v := range params {
 		if k != "charset" || !strings.EqualFold(v, "utf-8") {
-			return apiErr(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, "application/json takes only charset=utf-8, not %s=%q", clip(k), clip(v))
+			return apiErr(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, "application/json takes only charset=utf-8, not %s=%q", record.Clip(k, 40), record.Clip(v, 40))
 		}
 	}
 	return nil

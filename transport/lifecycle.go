@@ -16,6 +16,8 @@ import (
 	"github.com/convlog/convlog/log"
 	"github.com/labstack/echo/v4"
 	"github.com/oklog/ulid/v2"
+
+	"github.com/convlog/convlog/log/record"
 )
 
 // LifecycleLog is what the lifecycle routes read of the log, beyond Log;
@@ -333,7 +335,7 @@ func (l *lifecycle) delete(c echo.Context) error {
 	purge := false
 	if vs, ok := c.QueryParams()["purge"]; ok {
 		if purge, err = strconv.ParseBool(vs[0]); err != nil {
-			return badRequest("purge must be true or false, not %q", clip(vs[0]))
+			return badRequest("purge must be true or false, not %q", record.Clip(vs[0], 40))
 		}
 	}
 	ch := m.change(log.ChangeDelete, log.Key{Agent: m.agent, Instance: m.instance, Session: log.DefaultSession})
@@ -359,7 +361,7 @@ func (l *lifecycle) instances(c echo.Context) error {
 	if vs, ok := c.QueryParams()["limit"]; ok {
 		n, err := strconv.Atoi(vs[0])
 		if err != nil || n < 1 || n > log.MaxInstancesPage {
-			return apiErr(http.StatusBadRequest, CodeInvalidLimit, "limit must be an integer from 1 to %d, not %q", log.MaxInstancesPage, clip(vs[0]))
+			return apiErr(http.StatusBadRequest, CodeInvalidLimit, "limit must be an integer from 1 to %d, not %q", log.MaxInstancesPage, record.Clip(vs[0], 40))
 		}
 		limit = n
 	}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/convlog/convlog/log"
 	"github.com/labstack/echo/v4"
+
+	"github.com/convlog/convlog/log/record"
 )
 
 // Live modes besides SSE: the stream as NDJSON (negotiated by Accept on
@@ -87,14 +89,14 @@ func longPollParams(c echo.Context) (bool, time.Duration, error) {
 		return false, 0, nil
 	}
 	if live[0] != liveLongPoll {
-		return false, 0, badRequest("live must be %q (for a stream, use GET .../stream), not %q", liveLongPoll, clip(live[0]))
+		return false, 0, badRequest("live must be %q (for a stream, use GET .../stream), not %q", liveLongPoll, record.Clip(live[0], 40))
 	}
 	d := DefaultLongPollTimeout
 	if vs, ok := q["timeout"]; ok {
 		var err error
 		d, err = time.ParseDuration(vs[0])
 		if err != nil || d < 0 || d > MaxWait {
-			return false, 0, apiErr(http.StatusBadRequest, CodeInvalidWait, "timeout must be a duration from 0s to %s (like 30s), not %q", MaxWait, clip(vs[0]))
+			return false, 0, apiErr(http.StatusBadRequest, CodeInvalidWait, "timeout must be a duration from 0s to %s (like 30s), not %q", MaxWait, record.Clip(vs[0], 40))
 		}
 	}
 	return true, d, nil

@@ -14,6 +14,8 @@ import (
 
 	"github.com/convlog/convlog/transport/wire"
 	"github.com/labstack/echo/v4"
+
+	"github.com/convlog/convlog/log/record"
 )
 
 // Codes of requests that are not valid HTTP, or not HTTP this server takes.
@@ -172,7 +174,7 @@ func diagnoseHead(head []byte) string {
 	}
 	for i, v := range lengths {
 		if n, err := strconv.ParseUint(v, 10, 63); err != nil || strconv.FormatUint(n, 10) != v {
-			return fmt.Sprintf("Content-Length %q is not a length", clip(v))
+			return fmt.Sprintf("Content-Length %q is not a length", record.Clip(v, 40))
 		}
 		if i > 0 && v != lengths[0] {
 			return "Content-Length is given more than once, with different values"

@@ -11,6 +11,8 @@ import (
 
 	"github.com/convlog/convlog/log"
 	"github.com/convlog/convlog/transport/wire"
+
+	"github.com/convlog/convlog/log/record"
 )
 
 // Codes of the refusals of checkStrictJSON. encoding/json would accept each
@@ -64,7 +66,7 @@ func checkStrictJSON(body []byte) error {
 			if expectKey {
 				keys := stack[len(stack)-1]
 				if _, dup := keys[t]; dup {
-					return apiErr(http.StatusBadRequest, CodeDuplicateKey, "the key %q appears twice in one object (at byte %d)", clip(t), dec.InputOffset())
+					return apiErr(http.StatusBadRequest, CodeDuplicateKey, "the key %q appears twice in one object (at byte %d)", record.Clip(t, 40), dec.InputOffset())
 				}
 				keys[t] = struct{}{}
 				expectKey = false
@@ -72,7 +74,7 @@ func checkStrictJSON(body []byte) error {
 			}
 		case json.Number:
 			if _, err := strconv.ParseFloat(string(t), 64); errors.Is(err, strconv.ErrRange) {
-				return apiErr(http.StatusBadRequest, CodeNumberOutOfRange, "the number %s is beyond the range of a 64-bit float (at byte %d)", clip(string(t)), dec.InputOffset())
+				return apiErr(http.StatusBadRequest, CodeNumberOutOfRange, "the number %s is beyond the range of a 64-bit float (at byte %d)", record.Clip(string(t), 40), dec.InputOffset())
 			}
 		}
 		// After a value inside an object comes a key again.

@@ -6,6 +6,8 @@ import (
 
 	"github.com/convlog/convlog/log"
 	"github.com/labstack/echo/v4"
+
+	"github.com/convlog/convlog/log/record"
 )
 
 // MaxWait bounds the long poll of GET .../submissions/:id?wait=.
@@ -83,7 +85,7 @@ func queryWait(c echo.Context) (time.Duration, error) {
 	}
 	d, err := time.ParseDuration(vs[0])
 	if err != nil || d < 0 || d > MaxWait {
-		return 0, apiErr(http.StatusBadRequest, CodeInvalidWait, "wait must be a duration from 0s to %s (like 30s), not %q", MaxWait, clip(vs[0]))
+		return 0, apiErr(http.StatusBadRequest, CodeInvalidWait, "wait must be a duration from 0s to %s (like 30s), not %q", MaxWait, record.Clip(vs[0], 40))
 	}
 	return d, nil
 }
@@ -97,7 +99,7 @@ func (s *Server) submissionOfRoute(c echo.Context) (func() (log.Submission, erro
 		return nil, err
 	}
 	id := pathParam(c, "submissionId")
-	notFound := apiErr(http.StatusNotFound, CodeNotFound, "no submission %q for %s/%s", clip(id), agent, instance)
+	notFound := apiErr(http.StatusNotFound, CodeNotFound, "no submission %q for %s/%s", record.Clip(id, 40), agent, instance)
 	if len(id) > log.MaxIDLength {
 		return nil, notFound
 	}
