@@ -8,6 +8,8 @@ import (
 
 // The record types the log stores are package record's (light, with no
 // storage engine); these names keep the log's API whole.
+//
+//go:fix inline
 type (
 	Record            = record.Record
 	Entry             = record.Entry
@@ -29,6 +31,8 @@ type (
 
 // Record kinds, entry types, limits, purposes, display modes, part types,
 // outcomes and statuses: see package record.
+//
+//go:fix inline
 const (
 	KindEntry     = record.KindEntry
 	KindTruncated = record.KindTruncated
@@ -77,22 +81,28 @@ const (
 )
 
 // EntryRecord wraps an entry in a record.
+//go:fix inline
 func EntryRecord(e Entry) Record { return record.EntryRecord(e) }
 
 // TruncatedRecord makes a truncation back to rewoundTo.
+//go:fix inline
 func TruncatedRecord(rewoundTo, reason string) Record {
 	return record.TruncatedRecord(rewoundTo, reason)
 }
 
 // ParseOffset checks the form of an offset from outside.
+//go:fix inline
 func ParseOffset(s string) (Offset, error) { return record.ParseOffset(s) }
 
 // ParseIncarnation checks the form of an incarnation from outside.
+//go:fix inline
 func ParseIncarnation(s string) (Incarnation, error) { return record.ParseIncarnation(s) }
 
 // ValidateName checks one agent, instance or session name.
+//go:fix inline
 func ValidateName(name string) error { return record.ValidateName(name) }
 
+//go:fix inline
 func offsetOf(pos uint64) Offset { return record.OffsetOf(pos) }
 
 func incarnationOf(id ulid.ULID) Incarnation {
@@ -101,4 +111,5 @@ func incarnationOf(id ulid.ULID) Incarnation {
 
 // printable accepts valid UTF-8 without control characters: anything else
 // would be rewritten by the JSON encoder.
+//go:fix inline
 func printable(s string) bool { return record.Printable(s) }

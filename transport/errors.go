@@ -13,9 +13,13 @@ import (
 )
 
 // The error codes and APIError are package wire's, shared with the client.
+//
+//go:fix inline
 type APIError = wire.APIError
 
 // Error codes: see package wire.
+//
+//go:fix inline
 const (
 	CodeBadRequest           = wire.CodeBadRequest
 	CodeInvalidName          = wire.CodeInvalidName

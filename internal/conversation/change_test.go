@@ -11,6 +11,10 @@ import (
 	"github.com/convlog/convlog/internal/conversation"
 	"github.com/convlog/convlog/log"
 	"github.com/convlog/convlog/worker"
+
+	"fmt"
+
+	"github.com/convlog/convlog/internal/check"
 )
 
 // within runs fn and fails the test if it does not return within a
@@ -369,5 +373,77 @@ func TestChangeDeleteSettlesQueued(t *testing.T) {
 	// A delete of no instance is ErrInstanceNotFound.
 	if _, _, err := r.core.Change(ctx, log.Change{Kind: log.ChangeDelete, Key: log.Key{Agent: "a", Instance: "nosuch", Session: "s"}}); !errors.Is(err, log.ErrInstanceNotFound) {
 		t.Fatalf("delete of no instance: %v", err)
+	}
+}
+
+// A retry of the change in progress (same idempotency key: a client whose
+// first try timed out while the change waited for a running turn) waits
+// for the first try and gets its answer, where a different change is
+// still refused. The torture's cluster run found the retry refused with
+// mutation_in_progress.
+func TestChangeRetryWaitsForItsFirstTry(t *testing.T) {
+	ctx := context.Background()
+	key := log.Key{Agent: "a", Instance: "i", Session: "s"}
+	r := blockingRig(t, key)
+	sub := r.completed(t, key, "hello")
+	rewind := log.Change{Kind: log.ChangeRewind, Key: key, EntryID: sub.EntryID, IdempotencyKey: "rewind-1", RequestHash: "h1"}
+	_, wait := holdChange(t, r, rewind)
+
+	type answer struct {
+		res      log.ChangeResult
+		replayed bool
+		err      error
+	}
+	retried := make(chan answer, 1)
+	go func() {
+		res, replayed, err := r.core.Change(ctx, rewind)
+		retried <- answer{res, replayed, err}
+	}()
+	check.For(t, 30*time.Second, time.Millisecond, func() error {
+		if n := r.core.Waiting(); n != 1 {
+			return fmt.Errorf("%d retries waiting, want 1", n)
+		}
+		return nil
+	})
+
+	// Another change, or the same with another key, is refused as before.
+	other := rewind
+	other.IdempotencyKey = "rewind-2"
+	for _, ch := range []log.Change{other, {Kind: log.ChangeReset, Key: key}} {
+		if _, _, err := r.core.Change(ctx, ch); !errors.Is(err, conversation.ErrChangeInProgress) {
+			t.Errorf("%s (key %q) during the first try: %v, want ErrChangeInProgress", ch.Kind, ch.IdempotencyKey, err)
+		}
+	}
+
+	// A retry that gives up while it waits leaves with its context's error.
+	cctx, cancel := context.WithCancel(ctx)
+	gaveUp := make(chan error, 1)
+	go func() {
+		_, _, err := r.core.Change(cctx, rewind)
+		gaveUp <- err
+	}()
+	check.For(t, 30*time.Second, time.Millisecond, func() error {
+		if n := r.core.Waiting(); n != 2 {
+			return fmt.Errorf("%d retries waiting, want 2", n)
+		}
+		return nil
+	})
+	cancel()
+	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
+		t.Errorf("a retry whose context ended: %v, want context.Canceled", err)
+	}
+
+	if err := wait(); err != nil {
+		t.Fatalf("the first try: %v", err)
+	}
+	a := <-retried
+	if a.err != nil {
+		t.Fatalf("the retry: %v", a.err)
+	}
+	if !a.replayed {
+		t.Errorf("the retry was not answered with the first try's result")
+	}
+	if r.core.Waiting() != 0 {
+		t.Errorf("%d retries still counted as waiting", r.core.Waiting())
 	}
 }

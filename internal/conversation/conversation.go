@@ -112,8 +112,15 @@ type Core struct {
 	outbox Outbox
 	logger *slog.Logger
 
-	mu   sync.Mutex
-	held map[string]bool // "agent\x00instance" (a delete) or "agent\x00instance\x00session"
+	mu      sync.Mutex
+	held    map[string]*holder // "agent\x00instance" (a delete) or "agent\x00instance\x00session"
+	waiting int                // retries waiting for their own first try (tests watch it)
+}
+
+// holder is a change in progress: the locks it holds share it.
+type holder struct {
+	idem string        // the change's idempotency key, if any
+	done chan struct{} // closed when the change ends
 }
 
 // New builds a core.
@@ -124,7 +131,7 @@ func New(cfg Config) (*Core, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Core{log: cfg.Log, agents: cfg.Agents, runner: cfg.Runner, outbox: cfg.Outbox, logger: cfg.Logger, held: map[string]bool{}}, nil
+	return &Core{log: cfg.Log, agents: cfg.Agents, runner: cfg.Runner, outbox: cfg.Outbox, logger: cfg.Logger, held: map[string]*holder{}}, nil
 }
 
 // Agent is the agent's settings, or ErrUnknownAgent.
@@ -272,7 +279,7 @@ func (c *Core) abortPending(ctx context.Context, key log.Key, keep string) error
 func (c *Core) Change(ctx context.Context, ch log.Change) (res log.ChangeResult, replayed bool, err error) {
 	switch ch.Kind {
 	case log.ChangeFork:
-		unlock, err := c.lock(ch.Key, ch.Target)
+		unlock, err := c.lock(ctx, ch.IdempotencyKey, ch.Key, ch.Target)
 		if err != nil {
 			return res, false, err
 		}
@@ -287,7 +294,7 @@ func (c *Core) Change(ctx context.Context, ch log.Change) (res log.ChangeResult,
 		}
 		ch.MaxTurns = o.MaxTurns
 	}
-	unlock, err := c.lock(ch.Key)
+	unlock, err := c.lock(ctx, ch.IdempotencyKey, ch.Key)
 	if err != nil {
 		return res, false, err
 	}
@@ -304,7 +311,7 @@ func (c *Core) Change(ctx context.Context, ch log.Change) (res log.ChangeResult,
 }
 
 func (c *Core) deleteInstance(ctx context.Context, ch log.Change) (res log.ChangeResult, replayed bool, err error) {
-	unlock, err := c.lock(log.Key{Agent: ch.Key.Agent, Instance: ch.Key.Instance})
+	unlock, err := c.lock(ctx, ch.IdempotencyKey, log.Key{Agent: ch.Key.Agent, Instance: ch.Key.Instance})
 	if err != nil {
 		return res, false, err
 	}
@@ -353,29 +360,56 @@ func (c *Core) settleQueued(ctx context.Context, key log.Key) {
 // lock takes the change locks of keys (sessions; a key with an empty
 // session is the whole instance). It refuses, rather than waits, when
 // another change holds any of them or covers them: a change made under
-// another would be a lost update.
-func (c *Core) lock(keys ...log.Key) (unlock func(), err error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+// another would be a lost update. The one exception is a retry of the
+// change in progress, known by its idempotency key (a client whose first
+// try timed out while the change waited for a turn): it waits for the
+// first try, then goes on, and the log replays the first try's answer if
+// that one committed.
+func (c *Core) lock(ctx context.Context, idem string, keys ...log.Key) (unlock func(), err error) {
 	names := make([]string, len(keys))
 	for i, k := range keys {
-		inst := k.Agent + "\x00" + k.Instance
-		names[i] = inst
+		names[i] = k.Agent + "\x00" + k.Instance
 		if k.Session != "" {
 			names[i] += "\x00" + k.Session
 		}
-		busy := c.held[inst] || c.held[names[i]]
-		if k.Session == "" {
-			for h := range c.held {
-				busy = busy || strings.HasPrefix(h, inst+"\x00")
-			}
+	}
+	for {
+		unlock, wait, err := c.tryLock(idem, names)
+		if wait == nil {
+			return unlock, err
 		}
-		if busy {
-			return nil, ErrChangeInProgress
+		select {
+		case <-wait:
+		case <-ctx.Done():
+		}
+		c.mu.Lock()
+		c.waiting--
+		c.mu.Unlock()
+		if err := ctx.Err(); err != nil {
+			return nil, err
 		}
 	}
+}
+
+// tryLock takes names, or says which change to wait for (a first try of
+// the same idempotent change), or refuses.
+func (c *Core) tryLock(idem string, names []string) (unlock func(), wait <-chan struct{}, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for _, n := range names {
-		c.held[n] = true
+		h := c.holderOf(n)
+		if h == nil {
+			continue
+		}
+		if idem != "" && h.idem == idem {
+			c.waiting++
+			return nil, h.done, nil
+		}
+		return nil, nil, ErrChangeInProgress
+	}
+	h := &holder{idem: idem, done: make(chan struct{})}
+	for _, n := range names {
+		c.held[n] = h
 	}
 	var once sync.Once
 	return func() {
@@ -385,6 +419,25 @@ func (c *Core) lock(keys ...log.Key) (unlock func(), err error) {
 			for _, n := range names {
 				delete(c.held, n)
 			}
+			close(h.done)
 		})
-	}, nil
+	}, nil, nil
+}
+
+// holderOf is the change that holds name or covers it: a session is
+// covered by a change of its instance, an instance by a change of any of
+// its sessions.
+func (c *Core) holderOf(name string) *holder {
+	if h := c.held[name]; h != nil {
+		return h
+	}
+	if parts := strings.SplitN(name, "\x00", 3); len(parts) == 3 {
+		return c.held[parts[0]+"\x00"+parts[1]]
+	}
+	for n, h := range c.held {
+		if strings.HasPrefix(n, name+"\x00") {
+			return h
+		}
+	}
+	return nil
 }

@@ -17,9 +17,13 @@ import (
 // type is defined once, in transport/wire (with the FrameDelta,
 // FrameToolCallDelta, FrameRetrying and FrameEvent types); these names are
 // aliases for the bus's producers.
+//
+//go:fix inline
 type DeltaFrame = wire.DeltaFrame
 
 // Presentation frame types (wire's).
+//
+//go:fix inline
 const (
 	FrameDelta         = wire.FrameDelta
 	FrameToolCallDelta = wire.FrameToolCallDelta
