@@ -34,19 +34,6 @@ import (
 	"github.com/convlog/convlog/transport/client"
 )
 
-// buildCLI builds the binary once per test into its temp folder.
-func buildCLI(t *testing.T) string {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("builds the real binary; skipped with -short")
-	}
-	bin := filepath.Join(t.TempDir(), "convlog")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	return bin
-}
-
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
