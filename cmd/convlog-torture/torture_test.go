@@ -156,6 +156,7 @@ func (w testLogWriter) Write(p []byte) (int, error) {
 // The verification must see what it exists to see: feed it a log with one
 // of each fault and check each count.
 func TestTortureVerifyFindsFaults(t *testing.T) {
+	t.Parallel()
 	entry := func(id, typ, sub string, payload any) clog.Record {
 		b, _ := json.Marshal(payload)
 		return clog.EntryRecord(clog.Entry{ID: id, Type: typ, SubmissionID: sub, Payload: b})
@@ -251,6 +252,7 @@ func TestTortureVerifyFindsFaults(t *testing.T) {
 // a rewind must be in the stream as answered; a reset must remove only
 // what was read before it.
 func TestTortureVerifyChanges(t *testing.T) {
+	t.Parallel()
 	user := func(id, parent, sub, text string) clog.Record {
 		b, _ := json.Marshal(clog.MessagePayload{Parts: []clog.Part{{Type: clog.PartText, Text: text}}})
 		return clog.EntryRecord(clog.Entry{ID: id, ParentID: parent, Type: clog.EntryUserMessage, SubmissionID: sub, Payload: b})

@@ -135,6 +135,7 @@ func TestNode(t *testing.T) {
 // unknown entry and part types. (Unknown record kinds do not survive Go's
 // decoding; test/projection.test.js covers them.)
 func TestProjectionMatchesGo(t *testing.T) {
+	t.Parallel()
 	node := lookNode(t)
 	rng := rand.New(rand.NewPCG(13, 7))
 	type testCase struct {
@@ -249,6 +250,7 @@ func randomConversation(rng *rand.Rand) []log.Record {
 // client, against the .d.ts files with tsc --strict (npm's typescript,
 // installed from the lockfile when missing).
 func TestTypes(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("may install typescript with npm; skipped with -short")
 	}
