@@ -173,6 +173,10 @@ func TestWait(t *testing.T) {
 	// first append.
 	woke := make(chan error, 1)
 	go func() { woke <- db.Wait(ctx, testKey, clog.Start, "") }()
+	// Registered first, so that the window below follows the waiter's
+	// check of the tail even on a loaded machine; a correct Wait never
+	// returns in it, so the window can only miss a fault, not invent one.
+	waitForWaiters(t, db, 1)
 	select {
 	case err := <-woke:
 		t.Fatalf("woke before any append: %v", err)
