@@ -3,9 +3,11 @@ package log_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/convlog/convlog/internal/check"
 	clog "github.com/convlog/convlog/log"
 )
 
@@ -171,6 +173,10 @@ func TestWait(t *testing.T) {
 	// first append.
 	woke := make(chan error, 1)
 	go func() { woke <- db.Wait(ctx, testKey, clog.Start, "") }()
+	// Registered first, so that the window below follows the waiter's
+	// check of the tail even on a loaded machine; a correct Wait never
+	// returns in it, so the window can only miss a fault, not invent one.
+	waitForWaiters(t, db, 1)
 	select {
 	case err := <-woke:
 		t.Fatalf("woke before any append: %v", err)
@@ -200,7 +206,7 @@ func TestWait(t *testing.T) {
 	for range n {
 		go func() { all <- db.Wait(ctx, testKey, a.NextOffset, a.Incarnation) }()
 	}
-	time.Sleep(20 * time.Millisecond)
+	waitForWaiters(t, db, n)
 	if _, err := db.Append(ctx, testKey, userEntry("y")); err != nil {
 		t.Fatal(err)
 	}
@@ -211,6 +217,17 @@ func TestWait(t *testing.T) {
 	}
 }
 
+// waitForWaiters waits until n wait on testKey's stream.
+func waitForWaiters(t *testing.T, db *clog.DB, n int) {
+	t.Helper()
+	check.For(t, time.Minute, time.Millisecond, func() error {
+		if got := clog.Waiters(db, testKey); got != n {
+			return fmt.Errorf("%d waiters, want %d", got, n)
+		}
+		return nil
+	})
+}
+
 func TestWaitEndsOnClose(t *testing.T) {
 	db, err := clog.Open(t.TempDir()+"/db", nil)
 	if err != nil {
@@ -218,7 +235,7 @@ func TestWaitEndsOnClose(t *testing.T) {
 	}
 	woke := make(chan error, 1)
 	go func() { woke <- db.Wait(context.Background(), testKey, clog.Start, "") }()
-	time.Sleep(10 * time.Millisecond)
+	waitForWaiters(t, db, 1)
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}

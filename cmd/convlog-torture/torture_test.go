@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -83,16 +82,16 @@ func TestTortureCluster(t *testing.T) {
 }
 
 // buildNATSServer builds nats-server from the Go module the project
-// requires. Under CI, failing to is a failure; otherwise the test skips.
+// requires, once per run. Under CI, failing to is a failure; otherwise the
+// test skips.
 func buildNATSServer(t *testing.T) string {
 	t.Helper()
-	out := filepath.Join(t.TempDir(), "nats-server")
-	cmd := exec.Command("go", "build", "-o", out, "github.com/nats-io/nats-server/v2")
-	if b, err := cmd.CombinedOutput(); err != nil {
+	out, err := buildOnce("github.com/nats-io/nats-server/v2", "nats-server")
+	if err != nil {
 		if os.Getenv("CI") != "" {
-			t.Fatalf("CI is set and nats-server cannot be built: %v\n%s", err, b)
+			t.Fatalf("CI is set and nats-server cannot be built: %v", err)
 		}
-		t.Skipf("cannot build nats-server (set CI to make this a failure): %v\n%s", err, b)
+		t.Skipf("cannot build nats-server (set CI to make this a failure): %v", err)
 	}
 	return out
 }
@@ -132,22 +131,18 @@ func runTortureTest(t *testing.T, cfg tortureConfig) {
 	}
 }
 
-// buildConvlog builds the binary under test into the test's temp folder.
+// buildConvlog builds the binary under test, once per run.
 func buildConvlog(t *testing.T) string {
 	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
+	if _, err := exec.LookPath("go"); err != nil {
 		t.Fatalf("the torture test builds the real binary and needs the go command: %v", err)
 	}
-	out := filepath.Join(t.TempDir(), "convlog")
-	cmd := exec.Command(goBin, "build", "-o", out, "../convlog")
-	var buf bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &buf, &buf
 	start := time.Now()
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, buf.String())
+	out, err := buildOnce("github.com/convlog/convlog/cmd/convlog", "convlog")
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Logf("built %s in %s", out, time.Since(start).Round(time.Millisecond))
+	t.Logf("%s, built or waited for in %s", out, time.Since(start).Round(time.Millisecond))
 	return out
 }
 
@@ -161,6 +156,7 @@ func (w testLogWriter) Write(p []byte) (int, error) {
 // The verification must see what it exists to see: feed it a log with one
 // of each fault and check each count.
 func TestTortureVerifyFindsFaults(t *testing.T) {
+	t.Parallel()
 	entry := func(id, typ, sub string, payload any) clog.Record {
 		b, _ := json.Marshal(payload)
 		return clog.EntryRecord(clog.Entry{ID: id, Type: typ, SubmissionID: sub, Payload: b})
@@ -256,6 +252,7 @@ func TestTortureVerifyFindsFaults(t *testing.T) {
 // a rewind must be in the stream as answered; a reset must remove only
 // what was read before it.
 func TestTortureVerifyChanges(t *testing.T) {
+	t.Parallel()
 	user := func(id, parent, sub, text string) clog.Record {
 		b, _ := json.Marshal(clog.MessagePayload{Parts: []clog.Part{{Type: clog.PartText, Text: text}}})
 		return clog.EntryRecord(clog.Entry{ID: id, ParentID: parent, Type: clog.EntryUserMessage, SubmissionID: sub, Payload: b})

@@ -35,10 +35,7 @@ time.sleep(60)
 `), 0o644)
 	cfgFile := filepath.Join(dir, "convlog.yaml")
 	os.WriteFile(cfgFile, []byte(fmt.Sprintf("agents:\n  - name: slow\n    kind: exec\n    command: [%q, %q]\n", py, script)), 0o644)
-	bin := filepath.Join(dir, "convlog")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := builtCLI(t)
 	l, _ := net.Listen("tcp", "127.0.0.1:0")
 	addr := l.Addr().String()
 	l.Close()

@@ -34,6 +34,7 @@ func (l *lockedBuffer) String() string {
 // TLS, and a `convlog worker` given the password runs the turns of a
 // `serve --workers=0` whose port needs it.
 func TestServeAndWorkerWithBrokerCredentials(t *testing.T) {
+	t.Parallel()
 	bin := buildCLI(t)
 	dir := t.TempDir()
 

@@ -34,19 +34,6 @@ import (
 	"github.com/convlog/convlog/transport/client"
 )
 
-// buildCLI builds the binary once per test into its temp folder.
-func buildCLI(t *testing.T) string {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("builds the real binary; skipped with -short")
-	}
-	bin := filepath.Join(t.TempDir(), "convlog")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	return bin
-}
-
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -206,6 +193,7 @@ func (l *lines) waitLine(t *testing.T, want string) string {
 }
 
 func TestCLISendFollowAndTail(t *testing.T) {
+	t.Parallel()
 	bin := buildCLI(t)
 	srv := serveCLIProcess(t, bin, freeAddr(t), t.TempDir(), "--echo-delay", "1ms")
 	url := "http://" + srv.addr
@@ -337,6 +325,7 @@ func waitRunning(t *testing.T, c *client.Client, send *lines) string {
 }
 
 func TestCLILs(t *testing.T) {
+	t.Parallel()
 	bin := buildCLI(t)
 	srv := serveCLIProcess(t, bin, freeAddr(t), t.TempDir())
 	url := "http://" + srv.addr
@@ -367,6 +356,7 @@ func TestCLILs(t *testing.T) {
 // restores it into another data folder and serves it: the conversations
 // are there, each with a new incarnation.
 func TestCLIBackupRestore(t *testing.T) {
+	t.Parallel()
 	bin := buildCLI(t)
 	data := t.TempDir()
 	srv := serveCLIProcess(t, bin, freeAddr(t), data, "--echo-delay", "0s")
@@ -476,6 +466,7 @@ func TestCLIBackupRestore(t *testing.T) {
 // send CONVLOG_TOKEN as the bearer token; without one they fail with the
 // API's unauthorized.
 func TestCLISendsTheToken(t *testing.T) {
+	t.Parallel()
 	bin := buildCLI(t)
 	tokens := map[string][]string{"user-tok": {"read:echo/*", "deliver:echo/*"}, "ops-tok": {"admin"}}
 	var cfg auth.Config
@@ -527,6 +518,7 @@ func TestCLISendsTheToken(t *testing.T) {
 // until the listing routes are on this branch's server (TestCLILs runs
 // against the real one once they are).
 func TestCLILsShapes(t *testing.T) {
+	t.Parallel()
 	bin := buildCLI(t)
 	stub := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -167,14 +166,8 @@ func dropNamespace(t *testing.T, url string, ns natsbus.Namespace) {
 // stopped (and released its claim), the second folder may use the
 // namespace.
 func TestTwoFoldersOneNamespace(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the real binary; skipped with -short")
-	}
+	bin := buildCLI(t)
 	url := machineNATS(t)
-	bin := filepath.Join(t.TempDir(), "convlog")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
 	ns := fmt.Sprintf("two-%d", time.Now().UnixNano())
 	t.Cleanup(func() { dropNamespace(t, url, natsbus.Namespace(ns)) })
 	dirA, dirB := t.TempDir(), t.TempDir()

@@ -12,6 +12,7 @@ import (
 // A follower that joins mid-turn misses the first deltas: the durable
 // message is then printed whole, not as the tail the deltas showed.
 func TestPrinterMissedDeltasShowTheWholeMessage(t *testing.T) {
+	t.Parallel()
 	assistant := func(text string) client.Update {
 		p, _ := json.Marshal(clog.MessagePayload{Parts: []clog.Part{{Type: clog.PartText, Text: text}}})
 		return client.Update{Kind: client.UpdateBatch, Records: []clog.Record{clog.EntryRecord(clog.Entry{Type: clog.EntryAssistantMessage, Payload: p})}}

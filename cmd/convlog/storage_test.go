@@ -155,13 +155,7 @@ func postJSON(t *testing.T, addr, path, body string) (int, []byte) {
 // damaged log, a folder that holds part of a deployment, a folder another
 // process holds, a port clash, a full disk.
 func TestServeStorageFaults(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the real binary; skipped with -short")
-	}
-	bin := filepath.Join(t.TempDir(), "convlog")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := buildCLI(t)
 
 	// A folder with data in it, stopped cleanly.
 	good := t.TempDir()

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,7 +18,10 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		removeBinaries()
+		os.Exit(code)
+	}))
 }
 
 // lookNode finds node, or skips; under CI a missing node is a failure,
@@ -34,15 +38,71 @@ func lookNode(t *testing.T) string {
 	return node
 }
 
-// goBuild builds a package of this module into dir.
-func goBuild(t *testing.T, dir, pkg, name string) string {
+// goBuild builds a package of this module, once per run.
+func goBuild(t *testing.T, pkg, name string) string {
 	t.Helper()
-	out := filepath.Join(dir, name)
-	cmd := exec.Command("go", "build", "-o", out, pkg)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+	out, err := buildOnce(pkg, name)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return out
+}
+
+// binaries are the programs the tests build, each at most once per
+// `go test` run, on first use, into one folder that TestMain removes.
+var binaries struct {
+	mu    sync.Mutex
+	dir   string
+	built map[string]*builtBinary
+}
+
+type builtBinary struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// buildOnce builds the Go package pkg as the program name on its first
+// call and returns its path; later calls return the same path, or the
+// same build error.
+func buildOnce(pkg, name string) (string, error) {
+	binaries.mu.Lock()
+	if binaries.dir == "" {
+		dir, err := os.MkdirTemp("", "convlog-test-bin-")
+		if err != nil {
+			binaries.mu.Unlock()
+			return "", err
+		}
+		binaries.dir = dir
+	}
+	if binaries.built == nil {
+		binaries.built = map[string]*builtBinary{}
+	}
+	b := binaries.built[pkg]
+	if b == nil {
+		b = &builtBinary{}
+		binaries.built[pkg] = b
+	}
+	dir := binaries.dir
+	binaries.mu.Unlock()
+	b.once.Do(func() {
+		path := filepath.Join(dir, name)
+		if out, err := exec.Command("go", "build", "-o", path, pkg).CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
+			return
+		}
+		b.path = path
+	})
+	return b.path, b.err
+}
+
+// removeBinaries removes the folder of the built programs.
+func removeBinaries() {
+	binaries.mu.Lock()
+	defer binaries.mu.Unlock()
+	if binaries.dir != "" {
+		os.RemoveAll(binaries.dir)
+	}
 }
 
 // TestNode runs the JS client's tests (node --test) against the real
@@ -52,9 +112,8 @@ func TestNode(t *testing.T) {
 		t.Skip("builds the real binary and kills it; skipped with -short")
 	}
 	node := lookNode(t)
-	bin := t.TempDir()
-	convlog := goBuild(t, bin, "github.com/convlog/convlog/cmd/convlog", "convlog")
-	logtool := goBuild(t, bin, "./testdata/logtool", "logtool")
+	convlog := goBuild(t, "github.com/convlog/convlog/cmd/convlog", "convlog")
+	logtool := goBuild(t, "github.com/convlog/convlog/transport/jsclient/testdata/logtool", "logtool")
 	files, err := filepath.Glob("test/*.test.js")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no test files: %v", err)
@@ -76,6 +135,7 @@ func TestNode(t *testing.T) {
 // unknown entry and part types. (Unknown record kinds do not survive Go's
 // decoding; test/projection.test.js covers them.)
 func TestProjectionMatchesGo(t *testing.T) {
+	t.Parallel()
 	node := lookNode(t)
 	rng := rand.New(rand.NewPCG(13, 7))
 	type testCase struct {
@@ -190,6 +250,7 @@ func randomConversation(rng *rand.Rand) []log.Record {
 // client, against the .d.ts files with tsc --strict (npm's typescript,
 // installed from the lockfile when missing).
 func TestTypes(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("may install typescript with npm; skipped with -short")
 	}
