@@ -81,24 +81,29 @@ const (
 )
 
 // EntryRecord wraps an entry in a record.
+//
 //go:fix inline
 func EntryRecord(e Entry) Record { return record.EntryRecord(e) }
 
 // TruncatedRecord makes a truncation back to rewoundTo.
+//
 //go:fix inline
 func TruncatedRecord(rewoundTo, reason string) Record {
 	return record.TruncatedRecord(rewoundTo, reason)
 }
 
 // ParseOffset checks the form of an offset from outside.
+//
 //go:fix inline
 func ParseOffset(s string) (Offset, error) { return record.ParseOffset(s) }
 
 // ParseIncarnation checks the form of an incarnation from outside.
+//
 //go:fix inline
 func ParseIncarnation(s string) (Incarnation, error) { return record.ParseIncarnation(s) }
 
 // ValidateName checks one agent, instance or session name.
+//
 //go:fix inline
 func ValidateName(name string) error { return record.ValidateName(name) }
 
@@ -111,5 +116,6 @@ func incarnationOf(id ulid.ULID) Incarnation {
 
 // printable accepts valid UTF-8 without control characters: anything else
 // would be rewritten by the JSON encoder.
+//
 //go:fix inline
 func printable(s string) bool { return record.Printable(s) }
