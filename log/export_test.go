@@ -4,10 +4,9 @@ package log
 // Watch subscribers): a test that must not append or close before a
 // waiter is registered polls it. Test-only.
 func Waiters(db *DB, key Key) int {
-	k := string(encodeKey(key))
 	db.notify.mu.Lock()
 	defer db.notify.mu.Unlock()
-	if s := db.notify.slots[k]; s != nil {
+	if s := db.notify.slots[string(encodeKey(key))]; s != nil {
 		return int(s.refs.Load())
 	}
 	return 0

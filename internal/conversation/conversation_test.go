@@ -31,7 +31,7 @@ func TestNewRequiresLogAgentsAndRunner(t *testing.T) {
 func TestAgentNormalisesBusyAndRefusesUnknown(t *testing.T) {
 	r := newRig(t, agents{
 		"default": {},
-		"old":     {Busy: worker.BusyEnqueue},
+		"old":     {Busy: worker.BusyPolicy("enqueue")}, // the deprecated name
 		"q":       {Busy: worker.BusyQueue, MaxTurns: 3},
 		"i":       {Busy: worker.BusyInterrupt},
 	})
