@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/convlog/convlog/log/record"
 	"github.com/oklog/ulid/v2"
 	bolt "go.etcd.io/bbolt"
 )
@@ -14,10 +15,10 @@ import (
 // Admission is a delivery to admit: its records (normally one user_message
 // entry) are appended and its submission created in one transaction.
 type Admission struct {
-	Key Key
+	Key record.Key
 	// SubmissionID is generated ("sub_" and a ULID) when empty.
 	SubmissionID string
-	Records      []Record
+	Records      []record.Record
 	// IdempotencyKey, when set, makes a repeat of the same request (same
 	// RequestHash) return the first admission instead of a second one.
 	IdempotencyKey string
@@ -58,26 +59,26 @@ type idemRecord struct {
 
 // Admit durably admits a delivery. replayed is true when an earlier
 // admission with the same idempotency key and request is returned instead.
-func (db *DB) Admit(ctx context.Context, a Admission) (sub Submission, replayed bool, err error) {
+func (db *DB) Admit(ctx context.Context, a Admission) (sub record.Submission, replayed bool, err error) {
 	if err := a.Key.Validate(); err != nil {
-		return Submission{}, false, fmt.Errorf("admit %s: %w", a.Key, err)
+		return record.Submission{}, false, fmt.Errorf("admit %s: %w", a.Key, err)
 	}
-	if len(a.IdempotencyKey) > MaxIdempotencyKeyLength || !printable(a.IdempotencyKey) {
-		return Submission{}, false, fmt.Errorf("admit %s: %w: idempotency key", a.Key, ErrInvalidRecord)
+	if len(a.IdempotencyKey) > MaxIdempotencyKeyLength || !record.Printable(a.IdempotencyKey) {
+		return record.Submission{}, false, fmt.Errorf("admit %s: %w: idempotency key", a.Key, ErrInvalidRecord)
 	}
 	if a.SubmissionID == "" {
 		a.SubmissionID = "sub_" + ulid.Make().String()
-	} else if len(a.SubmissionID) > MaxIDLength || !printable(a.SubmissionID) {
-		return Submission{}, false, fmt.Errorf("admit %s: %w: submission id", a.Key, ErrInvalidRecord)
+	} else if len(a.SubmissionID) > record.MaxIDLength || !record.Printable(a.SubmissionID) {
+		return record.Submission{}, false, fmt.Errorf("admit %s: %w: submission id", a.Key, ErrInvalidRecord)
 	}
-	if len(a.StartTurn) > MaxIDLength || !printable(a.StartTurn) {
-		return Submission{}, false, fmt.Errorf("admit %s: %w: turn id", a.Key, ErrInvalidRecord)
+	if len(a.StartTurn) > record.MaxIDLength || !record.Printable(a.StartTurn) {
+		return record.Submission{}, false, fmt.Errorf("admit %s: %w: turn id", a.Key, ErrInvalidRecord)
 	}
 	// The records carry the submission id; encode them here, not in the
 	// committer.
-	records := make([]Record, len(a.Records))
+	records := make([]record.Record, len(a.Records))
 	for i, r := range a.Records {
-		if r.Kind == KindEntry && r.Entry != nil && r.Entry.SubmissionID == "" {
+		if r.Kind == record.KindEntry && r.Entry != nil && r.Entry.SubmissionID == "" {
 			e := *r.Entry
 			e.SubmissionID = a.SubmissionID
 			r.Entry = &e
@@ -86,20 +87,20 @@ func (db *DB) Admit(ctx context.Context, a Admission) (sub Submission, replayed 
 	}
 	records, pre := preEncode(records)
 	op := &write{prepare: func(tx *bolt.Tx, now time.Time, notes *commitNotes) (func() error, []byte, error) {
-		sub, replayed = Submission{}, false
+		sub, replayed = record.Submission{}, false
 		return prepareAdmit(tx, a, records, pre, now, notes, db.opts.IdempotencyTTL, &sub, &replayed)
 	}}
 	if err := db.submit(ctx, op); err != nil {
-		return Submission{}, false, fmt.Errorf("admit %s: %w", a.Key, err)
+		return record.Submission{}, false, fmt.Errorf("admit %s: %w", a.Key, err)
 	}
 	return sub, replayed, nil
 }
 
-func idemKey(k Key, key string) []byte {
+func idemKey(k record.Key, key string) []byte {
 	return []byte(k.Agent + "\x00" + k.Instance + "\x00" + key)
 }
 
-func prepareAdmit(tx *bolt.Tx, a Admission, records []Record, pre []*preEncoded, now time.Time, notes *commitNotes, ttl time.Duration, sub *Submission, replayed *bool) (func() error, []byte, error) {
+func prepareAdmit(tx *bolt.Tx, a Admission, records []record.Record, pre []*preEncoded, now time.Time, notes *commitNotes, ttl time.Duration, sub *record.Submission, replayed *bool) (func() error, []byte, error) {
 	var ik []byte
 	if a.IdempotencyKey != "" {
 		ik = idemKey(a.Key, a.IdempotencyKey)
@@ -152,14 +153,14 @@ func prepareAdmit(tx *bolt.Tx, a Admission, records []Record, pre []*preEncoded,
 	if err != nil {
 		return nil, nil, err
 	}
-	s := &storedSubmission{Submission: Submission{
-		ID: a.SubmissionID, Key: a.Key, Offset: offsetOf(plan.pos), Status: StatusAdmitted, AdmittedAt: now,
+	s := &storedSubmission{Submission: record.Submission{
+		ID: a.SubmissionID, Key: a.Key, Offset: record.OffsetOf(plan.pos), Status: record.StatusAdmitted, AdmittedAt: now,
 		UID: inst.UID,
 	}}
 	if a.StartTurn != "" && idle {
-		s.Status, s.StartedAt, s.TurnID = StatusRunning, now, a.StartTurn
+		s.Status, s.StartedAt, s.TurnID = record.StatusRunning, now, a.StartTurn
 	}
-	if first := plan.records[0]; first.Kind == KindEntry {
+	if first := plan.records[0]; first.Kind == record.KindEntry {
 		s.EntryID = first.Entry.ID
 	}
 	mutate := func() error {

@@ -7,15 +7,16 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/convlog/convlog/log/record"
 	"github.com/oklog/ulid/v2"
 	bolt "go.etcd.io/bbolt"
 )
 
 // encodeBatch is the stored form: uvarint record count, then the JSON array.
-func encodeBatch(recs []Record) ([]byte, error) { return encodeBatchPre(recs, nil) }
+func encodeBatch(recs []record.Record) ([]byte, error) { return encodeBatchPre(recs, nil) }
 
 // encodeBatchPre is encodeBatch using pre[i], when set, for recs[i].
-func encodeBatchPre(recs []Record, pre []*preEncoded) ([]byte, error) {
+func encodeBatchPre(recs []record.Record, pre []*preEncoded) ([]byte, error) {
 	var buf bytes.Buffer
 	buf.Grow(300 * len(recs))
 	var n [binary.MaxVarintLen64]byte
@@ -44,7 +45,7 @@ func encodeBatchPre(recs []Record, pre []*preEncoded) ([]byte, error) {
 // are served as stored, without the cost of parsing them on every read.
 func decodeBatchHeader(v []byte) (count uint64, records []byte, err error) {
 	count, n := binary.Uvarint(v)
-	if n <= 0 || count == 0 || count > MaxRecordsBatch {
+	if n <= 0 || count == 0 || count > record.MaxRecordsBatch {
 		return 0, nil, fmt.Errorf("stored batch: bad record count")
 	}
 	records = v[n:]
@@ -56,34 +57,34 @@ func decodeBatchHeader(v []byte) (count uint64, records []byte, err error) {
 
 // batchPlan is an append that passed its checks and is ready to store.
 type batchPlan struct {
-	key     Key
+	key     record.Key
 	meta    streamMeta // as it will be after the append
 	pos     uint64     // the batch's position
 	value   []byte
-	records []Record // as stored
+	records []record.Record // as stored
 }
 
 // planAppend checks records against the stream and fills in what the
 // engine owns: entry ids, parents (the leaf by default) and timestamps. It
 // changes nothing in tx.
-func planAppend(tx *bolt.Tx, key Key, meta streamMeta, records []Record, now time.Time) (*batchPlan, error) {
+func planAppend(tx *bolt.Tx, key record.Key, meta streamMeta, records []record.Record, now time.Time) (*batchPlan, error) {
 	return planAppendPre(tx, key, meta, records, nil, now)
 }
 
 // planAppendPre is planAppend for records that preEncode prepared: pre[i],
 // when set, is records[i]'s encoding but for its parent and timestamp.
-func planAppendPre(tx *bolt.Tx, key Key, meta streamMeta, records []Record, pre []*preEncoded, now time.Time) (*batchPlan, error) {
+func planAppendPre(tx *bolt.Tx, key record.Key, meta streamMeta, records []record.Record, pre []*preEncoded, now time.Time) (*batchPlan, error) {
 	if len(records) == 0 {
 		return nil, fmt.Errorf("%w: empty batch", ErrInvalidRecord)
 	}
-	if len(records) > MaxRecordsBatch {
-		return nil, fmt.Errorf("%w: %d records in one batch (at most %d)", ErrInvalidRecord, len(records), MaxRecordsBatch)
+	if len(records) > record.MaxRecordsBatch {
+		return nil, fmt.Errorf("%w: %d records in one batch (at most %d)", ErrInvalidRecord, len(records), record.MaxRecordsBatch)
 	}
 	entries := tx.Bucket(bucketEntries)
 	known := func(id string, batch map[string]bool) bool {
 		return batch[id] || (meta.id != 0 && entries.Get(entryKey(meta.id, id)) != nil)
 	}
-	out := make([]Record, len(records))
+	out := make([]record.Record, len(records))
 	inBatch := make(map[string]bool, len(records))
 	leaf := meta.leaf
 	for i, r := range records {
@@ -97,7 +98,7 @@ func planAppendPre(tx *bolt.Tx, key Key, meta streamMeta, records []Record, pre 
 			}
 		}
 		switch r.Kind {
-		case KindEntry:
+		case record.KindEntry:
 			e := *r.Entry
 			if e.ID == "" {
 				e.ID = ulid.Make().String()
@@ -118,7 +119,7 @@ func planAppendPre(tx *bolt.Tx, key Key, meta streamMeta, records []Record, pre 
 			inBatch[e.ID] = true
 			leaf = e.ID
 			r.Entry = &e
-		case KindTruncated:
+		case record.KindTruncated:
 			if r.RewoundTo != "" && !known(r.RewoundTo, inBatch) {
 				return nil, fmt.Errorf("record %d: rewoundTo %s: %w", i, r.RewoundTo, ErrUnknownEntry)
 			}
@@ -135,8 +136,8 @@ func planAppendPre(tx *bolt.Tx, key Key, meta streamMeta, records []Record, pre 
 	if err != nil {
 		return nil, err
 	}
-	if len(value) > MaxBatchBytes {
-		return nil, fmt.Errorf("%w: %w: %d bytes (at most %d)", ErrInvalidRecord, ErrBatchTooLarge, len(value), MaxBatchBytes)
+	if len(value) > record.MaxBatchBytes {
+		return nil, fmt.Errorf("%w: %w: %d bytes (at most %d)", ErrInvalidRecord, ErrBatchTooLarge, len(value), record.MaxBatchBytes)
 	}
 	p := &batchPlan{key: key, meta: meta, pos: meta.next, value: value, records: out}
 	p.meta.next += uint64(len(out))
@@ -160,7 +161,7 @@ func (p *batchPlan) store(tx *bolt.Tx, notes *commitNotes) error {
 	entries := tx.Bucket(bucketEntries)
 	pos := u64(p.pos)
 	for _, r := range p.records {
-		if r.Kind == KindEntry {
+		if r.Kind == record.KindEntry {
 			if err := entries.Put(entryKey(p.meta.id, r.Entry.ID), pos); err != nil {
 				return err
 			}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/convlog/convlog/internal/boltceiling"
 	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -26,7 +27,7 @@ const benchRecordBytes = 256
 func benchPayload() json.RawMessage {
 	// A message payload whose stored record comes to about 256 bytes.
 	text := bytes.Repeat([]byte("x"), benchRecordBytes-150)
-	p, _ := json.Marshal(clog.MessagePayload{Parts: []clog.Part{{Type: clog.PartText, Text: string(text)}}})
+	p, _ := json.Marshal(record.MessagePayload{Parts: []record.Part{{Type: record.PartText, Text: string(text)}}})
 	return p
 }
 
@@ -69,8 +70,8 @@ func BenchmarkAppend(b *testing.B) {
 			db := openTestDB(b, nil)
 			ctx := context.Background()
 			runWriters(b, writers, func(w, _ int) error {
-				key := clog.Key{Agent: "bench", Instance: "i", Session: "s" + strconv.Itoa(w)}
-				_, err := db.Append(ctx, key, clog.EntryRecord(clog.Entry{Type: clog.EntryUserMessage, Payload: payload}))
+				key := record.Key{Agent: "bench", Instance: "i", Session: "s" + strconv.Itoa(w)}
+				_, err := db.Append(ctx, key, record.EntryRecord(record.Entry{Type: record.EntryUserMessage, Payload: payload}))
 				return err
 			})
 			commits, writes := db.CommitStats()
@@ -84,8 +85,8 @@ func BenchmarkAppend(b *testing.B) {
 		db := openTestDB(b, nil)
 		ctx := context.Background()
 		runWriters(b, 64, func(w, _ int) error {
-			key := clog.Key{Agent: "bench", Instance: "i" + strconv.Itoa(w), Session: "s"}
-			_, _, err := db.Admit(ctx, clog.Admission{Key: key, Records: []clog.Record{clog.EntryRecord(clog.Entry{Type: clog.EntryUserMessage, Payload: payload})}})
+			key := record.Key{Agent: "bench", Instance: "i" + strconv.Itoa(w), Session: "s"}
+			_, _, err := db.Admit(ctx, clog.Admission{Key: key, Records: []record.Record{record.EntryRecord(record.Entry{Type: record.EntryUserMessage, Payload: payload})}})
 			return err
 		})
 		commits, writes := db.CommitStats()
@@ -137,7 +138,7 @@ var catchUp struct {
 
 const catchUpRecords = 1_000_000
 
-var catchUpKey = clog.Key{Agent: "bench", Instance: "i", Session: "long"}
+var catchUpKey = record.Key{Agent: "bench", Instance: "i", Session: "long"}
 
 func catchUpDB(b *testing.B) *clog.DB {
 	catchUp.once.Do(func() {
@@ -161,10 +162,10 @@ func catchUpDB(b *testing.B) *clog.DB {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				recs := make([]clog.Record, perBatch)
+				recs := make([]record.Record, perBatch)
 				for next.Add(perBatch) <= catchUpRecords {
 					for j := range recs {
-						recs[j] = clog.EntryRecord(clog.Entry{Type: clog.EntryUserMessage, Payload: payload})
+						recs[j] = record.EntryRecord(record.Entry{Type: record.EntryUserMessage, Payload: payload})
 					}
 					if _, err := db.Append(context.Background(), catchUpKey, recs...); err != nil {
 						catchUp.err = err
@@ -185,7 +186,7 @@ func BenchmarkCatchUp(b *testing.B) {
 	db := catchUpDB(b)
 	ctx := context.Background()
 	// The middle: walk to the batch that holds record 500,000.
-	middle := clog.Start
+	middle := record.Start
 	for seen := 0; seen < catchUpRecords/2; {
 		res, err := db.Read(ctx, catchUpKey, middle, clog.MaxReadLimit)
 		if err != nil {
@@ -198,8 +199,8 @@ func BenchmarkCatchUp(b *testing.B) {
 	}
 	for _, from := range []struct {
 		name   string
-		offset clog.Offset
-	}{{"from=0", clog.Start}, {"from=middle", middle}} {
+		offset record.Offset
+	}{{"from=0", record.Start}, {"from=middle", middle}} {
 		b.Run(from.name, func(b *testing.B) {
 			// Each op reads one page of up to MaxReadLimit records.
 			records := 0

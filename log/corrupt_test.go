@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 )
 
 // damagedFixture writes a log of a few hundred batches across many
@@ -25,8 +26,8 @@ func damagedFixture(t testing.TB) string {
 	}
 	ctx := context.Background()
 	for i := range 60 {
-		k := clog.Key{Agent: "echo", Instance: "i", Session: fmt.Sprint("s", i%30)}
-		var recs []clog.Record
+		k := record.Key{Agent: "echo", Instance: "i", Session: fmt.Sprint("s", i%30)}
+		var recs []record.Record
 		for j := range 5 {
 			recs = append(recs, userEntry(strings.Repeat(fmt.Sprint("record ", i, " ", j, " "), 40)))
 		}
@@ -43,8 +44,8 @@ func damagedFixture(t testing.TB) string {
 // readAll reads every stream of the fixture back.
 func readAll(ctx context.Context, db *clog.DB) error {
 	for i := range 30 {
-		k := clog.Key{Agent: "echo", Instance: "i", Session: fmt.Sprint("s", i)}
-		off := clog.Start
+		k := record.Key{Agent: "echo", Instance: "i", Session: fmt.Sprint("s", i)}
+		off := record.Start
 		for {
 			res, err := db.Read(ctx, k, off, 0)
 			if err != nil {

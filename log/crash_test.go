@@ -22,6 +22,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 )
 
 // The crash test re-executes the test binary as a child that writes to a log
@@ -51,7 +52,7 @@ const (
 )
 
 // crashKeys are the streams the child writes to.
-var crashKeys = []clog.Key{
+var crashKeys = []record.Key{
 	{Agent: "crash", Instance: "i1", Session: "s0"},
 	{Agent: "crash", Instance: "i1", Session: "s1"},
 	{Agent: "crash", Instance: "i2", Session: "s0"},
@@ -80,25 +81,25 @@ type crashTag struct {
 	Op string `json:"op"` // the write that made it
 }
 
-func crashTagged(tag string, n int, op string, trunc func(i int) (bool, string)) []clog.Record {
-	recs := make([]clog.Record, n)
+func crashTagged(tag string, n int, op string, trunc func(i int) (bool, string)) []record.Record {
+	recs := make([]record.Record, n)
 	for i := range recs {
 		b, _ := json.Marshal(crashTag{T: tag, I: i, N: n, Op: op})
 		if ok, to := trunc(i); ok {
-			recs[i] = clog.TruncatedRecord(to, string(b))
+			recs[i] = record.TruncatedRecord(to, string(b))
 			continue
 		}
-		recs[i] = clog.EntryRecord(clog.Entry{Type: "crash_test", Payload: b})
+		recs[i] = record.EntryRecord(record.Entry{Type: "crash_test", Payload: b})
 	}
 	return recs
 }
 
 func noTrunc(int) (bool, string) { return false, "" }
 
-func recordIDs(recs []clog.Record) []string {
+func recordIDs(recs []record.Record) []string {
 	ids := make([]string, len(recs))
 	for i, r := range recs {
-		if r.Kind == clog.KindEntry {
+		if r.Kind == record.KindEntry {
 			ids[i] = r.Entry.ID
 		}
 	}
@@ -216,7 +217,7 @@ func TestCrashChild(t *testing.T) {
 					w := clog.Write{
 						Key:     crashKeys[s.key],
 						Records: crashTagged(tag, rng.IntN(2), "settle", noTrunc),
-						Settle:  []clog.Settlement{{SubmissionID: s.id, Outcome: clog.OutcomeCompleted}},
+						Settle:  []record.Settlement{{SubmissionID: s.id, Outcome: record.OutcomeCompleted}},
 					}
 					res, err := db.Write(ctx, w)
 					if err != nil {
@@ -245,8 +246,8 @@ func TestCrashChild(t *testing.T) {
 // in a cleanly reopened log; it must never change afterwards.
 type crashBatch struct {
 	raw  []byte
-	next clog.Offset
-	recs []clog.Record
+	next record.Offset
+	recs []record.Record
 }
 
 type crashState struct {
@@ -259,10 +260,10 @@ type crashState struct {
 	settled   map[string]bool
 	published map[string]bool // acknowledged MarkPublished
 	intended  map[string]bool // MarkPublished started
-	seen      []map[clog.Offset]*crashBatch
-	inc       []clog.Incarnation
+	seen      []map[record.Offset]*crashBatch
+	inc       []record.Incarnation
 	batches   int
-	ackedOff  []map[clog.Offset]bool
+	ackedOff  []map[record.Offset]bool
 	unacked   int // batches found that no acknowledgement reported
 }
 
@@ -300,13 +301,13 @@ func TestCrash(t *testing.T) {
 		settled:   map[string]bool{},
 		published: map[string]bool{},
 		intended:  map[string]bool{},
-		seen:      make([]map[clog.Offset]*crashBatch, len(crashKeys)),
-		inc:       make([]clog.Incarnation, len(crashKeys)),
-		ackedOff:  make([]map[clog.Offset]bool, len(crashKeys)),
+		seen:      make([]map[record.Offset]*crashBatch, len(crashKeys)),
+		inc:       make([]record.Incarnation, len(crashKeys)),
+		ackedOff:  make([]map[record.Offset]bool, len(crashKeys)),
 	}
 	for i := range st.seen {
-		st.seen[i] = map[clog.Offset]*crashBatch{}
-		st.ackedOff[i] = map[clog.Offset]bool{}
+		st.seen[i] = map[record.Offset]*crashBatch{}
+		st.ackedOff[i] = map[record.Offset]bool{}
 	}
 	start := time.Now()
 	var acked int
@@ -433,7 +434,7 @@ func (st *crashState) ack(a crashAck) {
 		st.settled[a.Sub] = true
 	}
 	st.acks[a.Key] = append(st.acks[a.Key], a)
-	st.ackedOff[a.Key][clog.Offset(a.Off)] = true
+	st.ackedOff[a.Key][record.Offset(a.Off)] = true
 }
 
 // verify reopens the log and checks it against everything acknowledged so
@@ -458,7 +459,7 @@ func (st *crashState) verify(cycle int) {
 	// found: submissions whose admission batch is in a stream, in stream
 	// order; settledIn: submissions with a settlement entry.
 	type found struct {
-		off     clog.Offset
+		off     record.Offset
 		entryID string
 	}
 	allFound := map[string]found{}
@@ -475,9 +476,9 @@ func (st *crashState) verify(cycle int) {
 
 		// Walk the stream in pages; learn each new batch's next offset with
 		// a read of that batch alone (offsets are opaque).
-		var stream []clog.Offset
-		inStream := map[clog.Offset]bool{}
-		offset := clog.Start
+		var stream []record.Offset
+		inStream := map[record.Offset]bool{}
+		offset := record.Start
 		for {
 			res, err := db.Read(ctx, key, offset, clog.MaxReadLimit)
 			if err != nil {
@@ -556,7 +557,7 @@ func (st *crashState) verify(cycle int) {
 			recs := st.seen[k][off].recs
 			for i, r := range recs {
 				switch r.Kind {
-				case clog.KindEntry:
+				case record.KindEntry:
 					e := r.Entry
 					if ids[e.ID] || e.ID == "" {
 						errorf("%s at %s: entry id %q repeated", key, off, e.ID)
@@ -566,13 +567,13 @@ func (st *crashState) verify(cycle int) {
 						errorf("%s at %s: entry %s has parent %q, leaf is %q", key, off, e.ID, e.ParentID, leaf)
 					}
 					leaf = e.ID
-					if e.Type == clog.EntrySettlement {
+					if e.Type == record.EntrySettlement {
 						settledIn[e.SubmissionID] = true
 					} else if i == 0 && e.SubmissionID != "" {
 						admissions = append(admissions, e.SubmissionID)
 						allFound[e.SubmissionID] = found{off, e.ID}
 					}
-				case clog.KindTruncated:
+				case record.KindTruncated:
 					if r.RewoundTo != "" && !ids[r.RewoundTo] {
 						errorf("%s at %s: truncation to %q, not an earlier entry", key, off, r.RewoundTo)
 					}
@@ -588,12 +589,12 @@ func (st *crashState) verify(cycle int) {
 
 		// Every acknowledged batch is there, as acknowledged.
 		for _, a := range st.acks[k] {
-			cb := st.seen[k][clog.Offset(a.Off)]
-			if cb == nil || !inStream[clog.Offset(a.Off)] {
+			cb := st.seen[k][record.Offset(a.Off)]
+			if cb == nil || !inStream[record.Offset(a.Off)] {
 				errorf("%s: acknowledged %s at %s is missing", key, a.Op, a.Off)
 				continue
 			}
-			if a.Next != "" && cb.next != clog.Offset(a.Next) {
+			if a.Next != "" && cb.next != record.Offset(a.Next) {
 				errorf("%s: acknowledged %s at %s ended at %s, the log says %s", key, a.Op, a.Off, a.Next, cb.next)
 			}
 			if got := recordIDs(cb.recs); len(cb.recs) != a.N || !slices.Equal(got, a.IDs) {
@@ -659,7 +660,7 @@ func (st *crashState) verify(cycle int) {
 				some = id
 				break
 			}
-			dup := clog.EntryRecord(clog.Entry{ID: some, Type: "crash_test", Payload: json.RawMessage(`{}`)})
+			dup := record.EntryRecord(record.Entry{ID: some, Type: "crash_test", Payload: json.RawMessage(`{}`)})
 			if _, err := db.Append(ctx, key, dup); !errors.Is(err, clog.ErrDuplicateEntry) {
 				errorf("%s: appending existing id %s: %v, want ErrDuplicateEntry", key, some, err)
 			}
@@ -677,7 +678,7 @@ func (st *crashState) verify(cycle int) {
 	}
 	for id := range st.settled {
 		s, err := db.Submission(ctx, id)
-		if err != nil || s.Status != clog.StatusCompleted {
+		if err != nil || s.Status != record.StatusCompleted {
 			errorf("acknowledged settlement of %s: %+v %v", id, s, err)
 		}
 	}
@@ -733,21 +734,21 @@ func (st *crashState) verify(cycle int) {
 // checkWhole checks that recs is one batch as the test writes them: tagged
 // records 0..n-1 of one tag, then at most one settlement entry (exactly one
 // for a settle write).
-func checkWhole(recs []clog.Record) error {
+func checkWhole(recs []record.Record) error {
 	if len(recs) == 0 {
 		return errors.New("empty batch")
 	}
 	tagged := len(recs)
-	if last := recs[len(recs)-1]; last.Kind == clog.KindEntry && last.Entry.Type == clog.EntrySettlement {
+	if last := recs[len(recs)-1]; last.Kind == record.KindEntry && last.Entry.Type == record.EntrySettlement {
 		tagged--
 	}
 	var first crashTag
 	for i, r := range recs[:tagged] {
 		var raw string
 		switch {
-		case r.Kind == clog.KindEntry && r.Entry.Type == "crash_test":
+		case r.Kind == record.KindEntry && r.Entry.Type == "crash_test":
 			raw = string(r.Entry.Payload)
-		case r.Kind == clog.KindTruncated:
+		case r.Kind == record.KindTruncated:
 			raw = r.Reason
 		default:
 			return fmt.Errorf("record %d: unexpected %s record", i, r.Kind)

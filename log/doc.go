@@ -3,8 +3,8 @@
 // single bbolt file together with the submissions that feed them.
 //
 // The record types (Record, Entry, the payloads of the built-in entry types,
-// Key, Offset, Incarnation, Submission) are package log/record's, re-exported
-// here under the same names; this package owns storing them: stream
+// Key, Offset, Incarnation, Submission) are package log/record's, which a
+// reader imports without this engine; this package owns storing them: stream
 // addressing, the submission lifecycle (admitted, running, settled) and the
 // group committer that makes every write durable before it returns. It
 // imports nothing of convlog's but log/record and knows nothing of HTTP or

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/convlog/convlog/log/record"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -30,7 +31,7 @@ func FuzzParseOffset(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		o, err := ParseOffset(s)
+		o, err := record.ParseOffset(s)
 		n, perr := strconv.ParseUint(s, 10, 64)
 		canonical := perr == nil && strconv.FormatUint(n, 10) == s
 		if err != nil {
@@ -49,8 +50,8 @@ func FuzzParseOffset(f *testing.F) {
 			t.Fatalf("ParseOffset(%q) = %q", s, o)
 		}
 		pos, err := o.Position()
-		if err != nil || pos != n || offsetOf(pos) != o {
-			t.Fatalf("%q: position %d %v, offsetOf %q", s, pos, err, offsetOf(pos))
+		if err != nil || pos != n || record.OffsetOf(pos) != o {
+			t.Fatalf("%q: position %d %v, offsetOf %q", s, pos, err, record.OffsetOf(pos))
 		}
 	})
 }
@@ -77,7 +78,7 @@ func FuzzValidateName(f *testing.F) {
 	f.Fuzz(func(t *testing.T, agent, instance, session string) {
 		valid := true
 		for _, name := range []string{agent, instance, session} {
-			err := ValidateName(name)
+			err := record.ValidateName(name)
 			want := nameRE.MatchString(name)
 			if (err == nil) != want {
 				t.Fatalf("ValidateName(%q) = %v, want valid %v", name, err, want)
@@ -89,11 +90,11 @@ func FuzzValidateName(f *testing.F) {
 				}
 				continue
 			}
-			if len(name) < 1 || len(name) > MaxNameLength {
+			if len(name) < 1 || len(name) > record.MaxNameLength {
 				t.Fatalf("ValidateName accepts %q of %d bytes", name, len(name))
 			}
 		}
-		k := Key{Agent: agent, Instance: instance, Session: session}
+		k := record.Key{Agent: agent, Instance: instance, Session: session}
 		if err := k.Validate(); (err == nil) != valid {
 			t.Fatalf("%q.Validate() = %v, names valid %v", k, err, valid)
 		}
@@ -132,14 +133,14 @@ func FuzzRecordJSON(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		var r Record
+		var r record.Record
 		if err := r.UnmarshalJSON(b); err != nil {
 			if !errors.Is(err, ErrInvalidRecord) {
 				t.Fatalf("UnmarshalJSON(%q): %v does not wrap ErrInvalidRecord", b, err)
 			}
 			return
 		}
-		if r.Kind != KindEntry && r.Kind != KindTruncated {
+		if r.Kind != record.KindEntry && r.Kind != record.KindTruncated {
 			if r.Entry != nil || r.RewoundTo != "" || r.NewLeafID != "" || r.Reason != "" {
 				t.Fatalf("unknown kind %q decoded with fields: %+v", r.Kind, r)
 			}
@@ -152,7 +153,7 @@ func FuzzRecordJSON(f *testing.F) {
 		if err != nil {
 			t.Fatalf("%q decodes to %+v, which does not marshal: %v", b, r, err)
 		}
-		var r2 Record
+		var r2 record.Record
 		if err := json.Unmarshal(m1, &r2); err != nil {
 			t.Fatalf("%q: marshalled %s does not unmarshal: %v", b, m1, err)
 		}
@@ -168,7 +169,7 @@ func FuzzRecordJSON(f *testing.F) {
 
 // sameRecord compares records as JSON would: instants rather than time
 // representations, payloads as compact JSON, and a missing payload as null.
-func sameRecord(a, b Record) error {
+func sameRecord(a, b record.Record) error {
 	if a.Kind != b.Kind || a.RewoundTo != b.RewoundTo || a.NewLeafID != b.NewLeafID || a.Reason != b.Reason {
 		return fmt.Errorf("kind %q %q %q %q != %q %q %q %q", a.Kind, a.RewoundTo, a.NewLeafID, a.Reason, b.Kind, b.RewoundTo, b.NewLeafID, b.Reason)
 	}
@@ -204,7 +205,7 @@ func compactJSON(b []byte) string {
 }
 
 func FuzzDecodeBatch(f *testing.F) {
-	valid := func(recs ...Record) []byte {
+	valid := func(recs ...record.Record) []byte {
 		v, err := encodeBatch(recs)
 		if err != nil {
 			f.Fatal(err)
@@ -212,8 +213,8 @@ func FuzzDecodeBatch(f *testing.F) {
 		return v
 	}
 	ts := time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC)
-	f.Add(valid(EntryRecord(Entry{ID: "a", Timestamp: ts, Type: "user_message", Payload: json.RawMessage(`{}`)})))
-	f.Add(valid(TruncatedRecord("", "x"), EntryRecord(Entry{ID: "b", ParentID: "", Timestamp: ts, Type: "t", Payload: json.RawMessage(`[1]`)})))
+	f.Add(valid(record.EntryRecord(record.Entry{ID: "a", Timestamp: ts, Type: "user_message", Payload: json.RawMessage(`{}`)})))
+	f.Add(valid(record.TruncatedRecord("", "x"), record.EntryRecord(record.Entry{ID: "b", ParentID: "", Timestamp: ts, Type: "t", Payload: json.RawMessage(`[1]`)})))
 	for _, s := range []string{"", "\x00", "\x00[]", "\x01", "\x01[", "\x01[]", "\x01[{}]", "[]",
 		"\x80\x08[]", "\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01[]", "\x81\x80\x80\x80\x80\x80\x80\x80\x80\x80\x80[]", "\x01 []"} {
 		f.Add([]byte(s))
@@ -223,12 +224,12 @@ func FuzzDecodeBatch(f *testing.F) {
 		wantCount, n := binary.Uvarint(v)
 		bracketed := n > 0 && len(v)-n >= 2 && v[n] == '[' && v[len(v)-1] == ']'
 		if err != nil {
-			if n > 0 && wantCount >= 1 && wantCount <= MaxRecordsBatch && bracketed {
+			if n > 0 && wantCount >= 1 && wantCount <= record.MaxRecordsBatch && bracketed {
 				t.Fatalf("decodeBatchHeader(%q) rejects a well-formed header: %v", v, err)
 			}
 			return
 		}
-		if n <= 0 || count != wantCount || count < 1 || count > MaxRecordsBatch {
+		if n <= 0 || count != wantCount || count < 1 || count > record.MaxRecordsBatch {
 			t.Fatalf("decodeBatchHeader(%q): count %d, uvarint %d (%d bytes)", v, count, wantCount, n)
 		}
 		if !bracketed || !bytes.Equal(records, v[n:]) {
@@ -237,12 +238,12 @@ func FuzzDecodeBatch(f *testing.F) {
 		// The records are served as they are; decoding them must not
 		// panic, and a batch the engine could have written survives
 		// re-encoding.
-		recs, err := RawRecords(records).Decode()
+		recs, err := record.RawRecords(records).Decode()
 		if err != nil || uint64(len(recs)) != count {
 			return
 		}
 		for _, r := range recs {
-			if r.Kind != KindEntry && r.Kind != KindTruncated {
+			if r.Kind != record.KindEntry && r.Kind != record.KindTruncated {
 				return
 			}
 		}
@@ -254,7 +255,7 @@ func FuzzDecodeBatch(f *testing.F) {
 		if err != nil || c2 != count {
 			t.Fatalf("re-encoded %q: count %d, %v", again, c2, err)
 		}
-		recs2, err := RawRecords(rec2).Decode()
+		recs2, err := record.RawRecords(rec2).Decode()
 		if err != nil || len(recs2) != len(recs) {
 			t.Fatalf("re-encoded %q: %v", again, err)
 		}
@@ -321,9 +322,9 @@ func FuzzAppendRead(f *testing.F) {
 		// records (1-4), bits 2-5 which of them are truncations. Record i
 		// has id id+i (when id is set); truncations rewind to entry 0.
 		// Entries have timestamp ts seconds after the epoch (0: unset).
-		key := Key{Agent: "fuzz", Instance: "i", Session: "s" + strconv.FormatUint(streams.Add(1), 10)}
+		key := record.Key{Agent: "fuzz", Instance: "i", Session: "s" + strconv.FormatUint(streams.Add(1), 10)}
 		n := 1 + int(shape&3)
-		recs := make([]Record, n)
+		recs := make([]record.Record, n)
 		for i := range recs {
 			eid := id
 			if id != "" && i > 0 {
@@ -334,7 +335,7 @@ func FuzzAppendRead(f *testing.F) {
 				if id != "" {
 					to = id
 				}
-				recs[i] = TruncatedRecord(to, reason)
+				recs[i] = record.TruncatedRecord(to, reason)
 				continue
 			}
 			p := parent
@@ -345,7 +346,7 @@ func FuzzAppendRead(f *testing.F) {
 			if ts != 0 {
 				at = time.Unix(ts, 0)
 			}
-			recs[i] = EntryRecord(Entry{ID: eid, ParentID: p, Type: typ, Payload: payload, Timestamp: at})
+			recs[i] = record.EntryRecord(record.Entry{ID: eid, ParentID: p, Type: typ, Payload: payload, Timestamp: at})
 		}
 		app, err := db.Append(ctx, key, recs...)
 		if err != nil {
@@ -356,10 +357,10 @@ func FuzzAppendRead(f *testing.F) {
 			}
 			t.Fatalf("append %+v: untyped error %v", recs, err)
 		}
-		if app.Offset != Start || len(app.Records) != n {
+		if app.Offset != record.Start || len(app.Records) != n {
 			t.Fatalf("append: %+v", app)
 		}
-		res, err := db.Read(ctx, key, Start, 0)
+		res, err := db.Read(ctx, key, record.Start, 0)
 		if err != nil {
 			t.Fatalf("read: %v", err)
 		}
@@ -383,7 +384,7 @@ func FuzzAppendRead(f *testing.F) {
 			}
 			want := recs[i]
 			switch want.Kind {
-			case KindEntry:
+			case record.KindEntry:
 				e := got[i].Entry
 				if (want.Entry.ID != "" && e.ID != want.Entry.ID) || e.Type != want.Entry.Type {
 					t.Fatalf("record %d: stored id %q type %q, asked for %q %q", i, e.ID, e.Type, want.Entry.ID, want.Entry.Type)
@@ -394,7 +395,7 @@ func FuzzAppendRead(f *testing.F) {
 				if len(payload) > 0 && compactJSON(e.Payload) != compactJSON(payload) {
 					t.Fatalf("record %d: stored payload %q, asked for %q", i, e.Payload, payload)
 				}
-			case KindTruncated:
+			case record.KindTruncated:
 				if got[i].RewoundTo != want.RewoundTo || got[i].Reason != want.Reason {
 					t.Fatalf("record %d: stored truncation %+v, asked for %+v", i, got[i], want)
 				}
@@ -403,10 +404,10 @@ func FuzzAppendRead(f *testing.F) {
 		// Every stored entry id is known to the entry index under the
 		// bytes the batch shows.
 		for _, r := range got {
-			if r.Kind != KindEntry {
+			if r.Kind != record.KindEntry {
 				continue
 			}
-			dup := EntryRecord(Entry{ID: r.Entry.ID, Type: "t"})
+			dup := record.EntryRecord(record.Entry{ID: r.Entry.ID, Type: "t"})
 			if _, err := db.Append(ctx, key, dup); !errors.Is(err, ErrDuplicateEntry) {
 				t.Fatalf("re-appending stored id %q: %v, want ErrDuplicateEntry", r.Entry.ID, err)
 			}
@@ -425,13 +426,13 @@ func TestInvalidUTF8Rejected(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	key := Key{Agent: "a", Instance: "i", Session: "s"}
-	bad := []Record{
-		EntryRecord(Entry{ID: "\xff", Type: "t"}),
-		EntryRecord(Entry{Type: "t\xfe"}),
-		EntryRecord(Entry{Type: "t", TurnID: "\xff"}),
-		EntryRecord(Entry{Type: "t", Payload: []byte("\"\xff\"")}),
-		{Kind: KindTruncated, Reason: "\x8f"},
+	key := record.Key{Agent: "a", Instance: "i", Session: "s"}
+	bad := []record.Record{
+		record.EntryRecord(record.Entry{ID: "\xff", Type: "t"}),
+		record.EntryRecord(record.Entry{Type: "t\xfe"}),
+		record.EntryRecord(record.Entry{Type: "t", TurnID: "\xff"}),
+		record.EntryRecord(record.Entry{Type: "t", Payload: []byte("\"\xff\"")}),
+		{Kind: record.KindTruncated, Reason: "\x8f"},
 	}
 	for i, r := range bad {
 		if _, err := db.Append(ctx, key, r); !errors.Is(err, ErrInvalidRecord) {
@@ -439,14 +440,14 @@ func TestInvalidUTF8Rejected(t *testing.T) {
 		}
 	}
 	for _, a := range []Admission{
-		{Key: key, SubmissionID: "sub\xff", Records: []Record{EntryRecord(Entry{Type: "t"})}},
-		{Key: key, IdempotencyKey: "k\xff", Records: []Record{EntryRecord(Entry{Type: "t"})}},
+		{Key: key, SubmissionID: "sub\xff", Records: []record.Record{record.EntryRecord(record.Entry{Type: "t"})}},
+		{Key: key, IdempotencyKey: "k\xff", Records: []record.Record{record.EntryRecord(record.Entry{Type: "t"})}},
 	} {
 		if _, _, err := db.Admit(ctx, a); !errors.Is(err, ErrInvalidRecord) {
 			t.Errorf("admission %+v: err = %v, want ErrInvalidRecord", a, err)
 		}
 	}
-	if _, tail, _ := db.Tail(ctx, key); tail != Start {
+	if _, tail, _ := db.Tail(ctx, key); tail != record.Start {
 		t.Fatalf("a refused write left records: tail %s", tail)
 	}
 }

@@ -47,12 +47,12 @@ type InstanceInfo struct {
 
 // SessionInfo is one session of an instance.
 type SessionInfo struct {
-	Session        string      `json:"session"`
-	Incarnation    Incarnation `json:"incarnation"`
-	TailOffset     Offset      `json:"tailOffset"`
-	LastActivityAt time.Time   `json:"lastActivityAt"`
-	Running        int         `json:"running"`
-	Queued         int         `json:"queued"`
+	Session        string             `json:"session"`
+	Incarnation    record.Incarnation `json:"incarnation"`
+	TailOffset     record.Offset      `json:"tailOffset"`
+	LastActivityAt time.Time          `json:"lastActivityAt"`
+	Running        int                `json:"running"`
+	Queued         int                `json:"queued"`
 }
 
 // StaleGenerationError is the ErrStaleGeneration of a delivery: it carries
@@ -201,7 +201,7 @@ func (db *DB) InstancesVisible(ctx context.Context, agent, cursor string, limit 
 	if err := ctx.Err(); err != nil {
 		return nil, "", err
 	}
-	if err := ValidateName(agent); err != nil {
+	if err := record.ValidateName(agent); err != nil {
 		return nil, "", fmt.Errorf("instances: agent: %w", err)
 	}
 	if limit <= 0 || limit > MaxInstancesPage {
@@ -302,13 +302,13 @@ func (db *DB) Sessions(ctx context.Context, agent, instance string) ([]SessionIn
 				return err
 			}
 			si := SessionInfo{Session: string(k[len(sp):]), Incarnation: incarnationOf(meta.inc),
-				TailOffset: offsetOf(meta.next), LastActivityAt: lastActivity(tx, meta)}
+				TailOffset: record.OffsetOf(meta.next), LastActivityAt: lastActivity(tx, meta)}
 			subs, err := submissionsUnder(tx, bucketQueue, u64(meta.id), maxListedQueue)
 			if err != nil {
 				return err
 			}
 			for _, s := range subs {
-				if s.Status == StatusRunning {
+				if s.Status == record.StatusRunning {
 					si.Running++
 				} else {
 					si.Queued++

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 )
 
 // admitMany admits one delivery to each of n instances of agent, from 64
@@ -26,8 +27,8 @@ func admitMany(t testing.TB, db *clog.DB, agent string, n int) {
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				key := clog.Key{Agent: agent, Instance: fmt.Sprintf("inst-%05d", i), Session: clog.DefaultSession}
-				if _, _, err := db.Admit(ctx, clog.Admission{Key: key, Records: []clog.Record{userEntry("hi")}}); err != nil {
+				key := record.Key{Agent: agent, Instance: fmt.Sprintf("inst-%05d", i), Session: record.DefaultSession}
+				if _, _, err := db.Admit(ctx, clog.Admission{Key: key, Records: []record.Record{userEntry("hi")}}); err != nil {
 					errs <- err
 					return
 				}
@@ -52,8 +53,8 @@ func TestInstancesListing(t *testing.T) {
 	ctx := context.Background()
 	admitMany(t, db, "a", 250)
 	admitMany(t, db, "b", 3) // another agent's instances stay out
-	key := clog.Key{Agent: "a", Instance: "inst-00007", Session: "s2"}
-	sub, _, err := db.Admit(ctx, clog.Admission{Key: key, Records: []clog.Record{userEntry("later")}})
+	key := record.Key{Agent: "a", Instance: "inst-00007", Session: "s2"}
+	sub, _, err := db.Admit(ctx, clog.Admission{Key: key, Records: []record.Record{userEntry("later")}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,8 +106,8 @@ func TestInstancesListingCost(t *testing.T) {
 	admitMany(t, db, "a", 10_000)
 	// Thousands of records in the newest instances: the page reads none.
 	for i := range 5 {
-		key := clog.Key{Agent: "a", Instance: fmt.Sprintf("inst-%05d", i), Session: clog.DefaultSession}
-		recs := make([]clog.Record, 1000)
+		key := record.Key{Agent: "a", Instance: fmt.Sprintf("inst-%05d", i), Session: record.DefaultSession}
+		recs := make([]record.Record, 1000)
 		for j := range recs {
 			recs[j] = userEntry("filler")
 		}
@@ -115,7 +116,7 @@ func TestInstancesListingCost(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if _, _, err := db.Admit(ctx, clog.Admission{Key: key, Records: []clog.Record{userEntry("now")}}); err != nil {
+		if _, _, err := db.Admit(ctx, clog.Admission{Key: key, Records: []record.Record{userEntry("now")}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -153,8 +154,8 @@ func BenchmarkAdmit(b *testing.B) {
 	ctx := context.Background()
 	payload := benchPayload()
 	runWriters(b, 64, func(w, _ int) error {
-		key := clog.Key{Agent: "bench", Instance: fmt.Sprintf("i%d", w), Session: "s"}
-		_, _, err := db.Admit(ctx, clog.Admission{Key: key, Records: []clog.Record{clog.EntryRecord(clog.Entry{Type: clog.EntryUserMessage, Payload: payload})}})
+		key := record.Key{Agent: "bench", Instance: fmt.Sprintf("i%d", w), Session: "s"}
+		_, _, err := db.Admit(ctx, clog.Admission{Key: key, Records: []record.Record{record.EntryRecord(record.Entry{Type: record.EntryUserMessage, Payload: payload})}})
 		return err
 	})
 }

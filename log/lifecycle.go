@@ -42,11 +42,11 @@ const EntryForked = "forked"
 
 // ForkedPayload is the payload of an EntryForked entry.
 type ForkedPayload struct {
-	Agent       string      `json:"agent"`
-	Instance    string      `json:"instance"`
-	Session     string      `json:"session"`
-	Incarnation Incarnation `json:"incarnation"`
-	EntryID     string      `json:"entryId"`
+	Agent       string             `json:"agent"`
+	Instance    string             `json:"instance"`
+	Session     string             `json:"session"`
+	Incarnation record.Incarnation `json:"incarnation"`
+	EntryID     string             `json:"entryId"`
 }
 
 // Truncation reasons of the lifecycle changes.
@@ -59,13 +59,13 @@ const (
 type Change struct {
 	Kind ChangeKind
 	// Key is the session changed; a delete uses its agent and instance.
-	Key Key
+	Key record.Key
 	// EntryID is the user message a rewind or regenerate goes back to
 	// before ("" for regenerate: the last one on the path), or the last
 	// entry a fork copies.
 	EntryID string
 	// Target is a fork's new conversation.
-	Target Key
+	Target record.Key
 	// Purge makes a delete remove the records and submissions too.
 	Purge bool
 	// Metadata are keys a regenerate sets in the copied message's
@@ -87,14 +87,14 @@ type ChangeResult struct {
 	// Incarnation, Offset and NextOffset locate the change's batch in the
 	// changed (or, for a fork, the new) stream: reading from Offset shows
 	// it. A reset's Offset is Start.
-	Incarnation Incarnation `json:"incarnation,omitempty"`
-	Offset      Offset      `json:"offset,omitempty"`
-	NextOffset  Offset      `json:"nextOffset,omitempty"`
+	Incarnation record.Incarnation `json:"incarnation,omitempty"`
+	Offset      record.Offset      `json:"offset,omitempty"`
+	NextOffset  record.Offset      `json:"nextOffset,omitempty"`
 	// LeafID is the active path's leaf after a rewind or regenerate's
 	// truncation ("" for the very start).
 	LeafID string `json:"leafId"`
 	// Submission is a regenerate's new submission.
-	Submission *Submission `json:"submission,omitempty"`
+	Submission *record.Submission `json:"submission,omitempty"`
 	// Aborted are the submissions the change settled aborted.
 	Aborted []string `json:"aborted"`
 	// UID is the instance generation (a fork's target's; a delete's
@@ -105,8 +105,8 @@ type ChangeResult struct {
 	TargetSession  string `json:"targetSession,omitempty"`
 	// PreviousIncarnation and PreviousTail are what a reset ended: the
 	// incarnation and the tail of the records it removed.
-	PreviousIncarnation Incarnation `json:"previousIncarnation,omitempty"`
-	PreviousTail        Offset      `json:"previousTail,omitempty"`
+	PreviousIncarnation record.Incarnation `json:"previousIncarnation,omitempty"`
+	PreviousTail        record.Offset      `json:"previousTail,omitempty"`
 	// Sessions are the sessions a delete ended.
 	Sessions []string `json:"sessions,omitempty"`
 	Purged   bool     `json:"purged,omitempty"`
@@ -122,10 +122,10 @@ func (db *DB) Change(ctx context.Context, c Change) (res ChangeResult, replayed 
 	if err := c.Key.Validate(); err != nil {
 		return ChangeResult{}, false, fmt.Errorf("%s %s: %w", c.Kind, c.Key, err)
 	}
-	if len(c.IdempotencyKey) > MaxIdempotencyKeyLength || !printable(c.IdempotencyKey) {
+	if len(c.IdempotencyKey) > MaxIdempotencyKeyLength || !record.Printable(c.IdempotencyKey) {
 		return ChangeResult{}, false, fmt.Errorf("%s %s: %w: idempotency key", c.Kind, c.Key, ErrInvalidRecord)
 	}
-	if len(c.EntryID) > MaxIDLength || !printable(c.EntryID) {
+	if len(c.EntryID) > record.MaxIDLength || !record.Printable(c.EntryID) {
 		return ChangeResult{}, false, fmt.Errorf("%s %s: %w: entry id", c.Kind, c.Key, ErrUnknownEntry)
 	}
 	if c.Kind == ChangeFork {
@@ -216,7 +216,7 @@ func (db *DB) Change(ctx context.Context, c Change) (res ChangeResult, replayed 
 
 // pathEntry is an entry of a stream with the position of its batch.
 type pathEntry struct {
-	Entry
+	record.Entry
 	pos uint64
 }
 
@@ -240,13 +240,13 @@ func indexEntries(tx *bolt.Tx, streamID, from uint64, byID map[string]pathEntry)
 		if err != nil {
 			return err
 		}
-		recs, err := RawRecords(array).Decode()
+		recs, err := record.RawRecords(array).Decode()
 		if err != nil {
 			return err
 		}
 		pos := binary.BigEndian.Uint64(k[8:])
 		for _, r := range recs {
-			if r.Kind == KindEntry && r.Entry != nil {
+			if r.Kind == record.KindEntry && r.Entry != nil {
 				byID[r.Entry.ID] = pathEntry{Entry: *r.Entry, pos: pos}
 			}
 		}
@@ -256,7 +256,7 @@ func indexEntries(tx *bolt.Tx, streamID, from uint64, byID map[string]pathEntry)
 
 // indexOf reads key's stream in a read transaction; nil when it does not
 // exist (the commit then finds out for itself).
-func (db *DB) indexOf(key Key) (*pathIndex, error) {
+func (db *DB) indexOf(key record.Key) (*pathIndex, error) {
 	var idx *pathIndex
 	err := db.view(func(tx *bolt.Tx) error {
 		meta, ok, err := loadStream(tx, key)
@@ -308,7 +308,7 @@ func activePath(tx *bolt.Tx, meta streamMeta, idx *pathIndex) ([]pathEntry, erro
 func findOnPath(tx *bolt.Tx, meta streamMeta, path []pathEntry, entryID string, userOnly bool) (int, error) {
 	for i, e := range path {
 		if e.ID == entryID {
-			if userOnly && e.Type != EntryUserMessage {
+			if userOnly && e.Type != record.EntryUserMessage {
 				return 0, fmt.Errorf("%w: %s is a %s, not a user message", ErrNotOnPath, record.Clip(entryID, 40), e.Type)
 			}
 			return i, nil
@@ -320,47 +320,47 @@ func findOnPath(tx *bolt.Tx, meta streamMeta, path []pathEntry, entryID string, 
 	return 0, fmt.Errorf("%w: %s", ErrNotOnPath, record.Clip(entryID, 40))
 }
 
-func failureOf(kind ChangeKind) *Failure {
+func failureOf(kind ChangeKind) *record.Failure {
 	switch kind {
 	case ChangeRewind:
-		return &Failure{Code: "rewound", Message: "the conversation was rewound before the submission settled"}
+		return &record.Failure{Code: "rewound", Message: "the conversation was rewound before the submission settled"}
 	case ChangeRegenerate:
-		return &Failure{Code: "regenerated", Message: "the conversation was regenerated before the submission settled"}
+		return &record.Failure{Code: "regenerated", Message: "the conversation was regenerated before the submission settled"}
 	case ChangeDelete:
-		return &Failure{Code: "deleted", Message: "the instance was deleted before the submission settled"}
+		return &record.Failure{Code: "deleted", Message: "the instance was deleted before the submission settled"}
 	default:
-		return &Failure{Code: "stream_reset", Message: "the stream was reset before the submission settled"}
+		return &record.Failure{Code: "stream_reset", Message: "the stream was reset before the submission settled"}
 	}
 }
 
 // abortUnsettled settles the stream's unsettled submissions aborted and
 // returns their settlement entries, for the caller to append.
-func abortUnsettled(tx *bolt.Tx, streamID uint64, now time.Time, f *Failure) ([]Record, []string, error) {
+func abortUnsettled(tx *bolt.Tx, streamID uint64, now time.Time, f *record.Failure) ([]record.Record, []string, error) {
 	queue := tx.Bucket(bucketQueue)
 	var ids []string
 	c := queue.Cursor()
 	for k, v := c.Seek(u64(streamID)); k != nil && binary.BigEndian.Uint64(k) == streamID; k, v = c.Next() {
 		ids = append(ids, string(v))
 	}
-	var settled []Record
+	var settled []record.Record
 	for _, id := range ids {
 		s, err := getSubmission(tx, id)
 		if err != nil {
 			return nil, nil, err
 		}
 		fc := *f
-		s.Status, s.SettledAt, s.Error = StatusAborted, now, &fc
+		s.Status, s.SettledAt, s.Error = record.StatusAborted, now, &fc
 		if err := putSubmission(tx, s); err != nil {
 			return nil, nil, err
 		}
 		if err := tx.Bucket(bucketOutbox).Delete(u64(s.Seq)); err != nil {
 			return nil, nil, err
 		}
-		payload, err := json.Marshal(Settlement{SubmissionID: id, Outcome: OutcomeAborted, Error: &fc})
+		payload, err := json.Marshal(record.Settlement{SubmissionID: id, Outcome: record.OutcomeAborted, Error: &fc})
 		if err != nil {
 			return nil, nil, err
 		}
-		settled = append(settled, EntryRecord(Entry{Type: EntrySettlement, SubmissionID: id, TurnID: s.TurnID, Payload: payload}))
+		settled = append(settled, record.EntryRecord(record.Entry{Type: record.EntrySettlement, SubmissionID: id, TurnID: s.TurnID, Payload: payload}))
 	}
 	if ids == nil {
 		ids = []string{}
@@ -374,9 +374,9 @@ func abortUnsettled(tx *bolt.Tx, streamID uint64, now time.Time, f *Failure) ([]
 // of them, behind a slow agent) is not refused for the size of its
 // settlements. The last batch holds the change's own records, which come
 // last in recs.
-func appendChunked(tx *bolt.Tx, key Key, meta streamMeta, recs []Record, now time.Time, notes *commitNotes) (*batchPlan, error) {
+func appendChunked(tx *bolt.Tx, key record.Key, meta streamMeta, recs []record.Record, now time.Time, notes *commitNotes) (*batchPlan, error) {
 	for {
-		n := min(len(recs), MaxRecordsBatch)
+		n := min(len(recs), record.MaxRecordsBatch)
 		plan, err := planAppend(tx, key, meta, recs[:n], now)
 		if err != nil {
 			return nil, err
@@ -407,7 +407,7 @@ func prepareRewind(tx *bolt.Tx, c Change, idx *pathIndex, now time.Time, notes *
 	if c.EntryID == "" && c.Kind == ChangeRegenerate {
 		i = -1
 		for j := len(path) - 1; j >= 0; j-- {
-			if path[j].Type == EntryUserMessage {
+			if path[j].Type == record.EntryUserMessage {
 				i = j
 				break
 			}
@@ -423,7 +423,7 @@ func prepareRewind(tx *bolt.Tx, c Change, idx *pathIndex, now time.Time, notes *
 	target := path[i]
 	payload := target.Payload
 	if c.Kind == ChangeRegenerate && len(c.Metadata) > 0 {
-		var mp MessagePayload
+		var mp record.MessagePayload
 		if err := json.Unmarshal(payload, &mp); err != nil {
 			return nil, fmt.Errorf("%w: the message to regenerate: %v", ErrInvalidRecord, err)
 		}
@@ -461,11 +461,11 @@ func prepareRewind(tx *bolt.Tx, c Change, idx *pathIndex, now time.Time, notes *
 		if err != nil {
 			return err
 		}
-		recs := append(settled, TruncatedRecord(target.ParentID, reason))
+		recs := append(settled, record.TruncatedRecord(target.ParentID, reason))
 		subID := ""
 		if c.Kind == ChangeRegenerate {
 			subID = "sub_" + ulid.Make().String()
-			recs = append(recs, EntryRecord(Entry{Type: EntryUserMessage, SubmissionID: subID, Payload: payload}))
+			recs = append(recs, record.EntryRecord(record.Entry{Type: record.EntryUserMessage, SubmissionID: subID, Payload: payload}))
 		}
 		plan, err := appendChunked(tx, c.Key, meta, recs, now, notes)
 		if err != nil {
@@ -475,8 +475,8 @@ func prepareRewind(tx *bolt.Tx, c Change, idx *pathIndex, now time.Time, notes *
 		if err != nil {
 			return err
 		}
-		*res = ChangeResult{Incarnation: incarnationOf(plan.meta.inc), Offset: offsetOf(plan.pos),
-			NextOffset: offsetOf(plan.meta.next), LeafID: target.ParentID, Aborted: ids, UID: inst.UID}
+		*res = ChangeResult{Incarnation: incarnationOf(plan.meta.inc), Offset: record.OffsetOf(plan.pos),
+			NextOffset: record.OffsetOf(plan.meta.next), LeafID: target.ParentID, Aborted: ids, UID: inst.UID}
 		if subID == "" {
 			return nil
 		}
@@ -485,8 +485,8 @@ func prepareRewind(tx *bolt.Tx, c Change, idx *pathIndex, now time.Time, notes *
 				return err
 			}
 		}
-		s := &storedSubmission{Submission: Submission{ID: subID, Key: c.Key, Offset: offsetOf(plan.pos),
-			Status: StatusAdmitted, AdmittedAt: now, UID: inst.UID, EntryID: plan.records[len(plan.records)-1].Entry.ID}}
+		s := &storedSubmission{Submission: record.Submission{ID: subID, Key: c.Key, Offset: record.OffsetOf(plan.pos),
+			Status: record.StatusAdmitted, AdmittedAt: now, UID: inst.UID, EntryID: plan.records[len(plan.records)-1].Entry.ID}}
 		if s.Seq, err = tx.Bucket(bucketSubmissions).NextSequence(); err != nil {
 			return err
 		}
@@ -550,9 +550,9 @@ func prepareFork(tx *bolt.Tx, c Change, idx *pathIndex, now time.Time, notes *co
 	if err != nil {
 		return nil, err
 	}
-	recs := []Record{EntryRecord(Entry{Type: EntryForked, Payload: from})}
+	recs := []record.Record{record.EntryRecord(record.Entry{Type: EntryForked, Payload: from})}
 	for _, e := range path[:i+1] {
-		recs = append(recs, EntryRecord(e.Entry))
+		recs = append(recs, record.EntryRecord(e.Entry))
 	}
 	return func() error {
 		tm := newStream(now)
@@ -582,7 +582,7 @@ func prepareFork(tx *bolt.Tx, c Change, idx *pathIndex, now time.Time, notes *co
 		} else if inst, err = touchExisting(tx, c.Target.Agent, c.Target.Instance, now); err != nil {
 			return err
 		}
-		*res = ChangeResult{Incarnation: incarnationOf(tm.inc), Offset: offsetOf(first.pos), NextOffset: offsetOf(tm.next),
+		*res = ChangeResult{Incarnation: incarnationOf(tm.inc), Offset: record.OffsetOf(first.pos), NextOffset: record.OffsetOf(tm.next),
 			LeafID: tm.leaf, UID: inst.UID, TargetInstance: c.Target.Instance, TargetSession: c.Target.Session}
 		return nil
 	}, nil
@@ -606,7 +606,7 @@ func prepareReset(tx *bolt.Tx, c Change, now time.Time, notes *commitNotes, res 
 	if !ok {
 		return nil, fmt.Errorf("%w: %s", ErrInstanceNotFound, c.Key)
 	}
-	old, prevInc, prevTail := meta.id, incarnationOf(meta.inc), offsetOf(meta.next)
+	old, prevInc, prevTail := meta.id, incarnationOf(meta.inc), record.OffsetOf(meta.next)
 	meta.inc, meta.next, meta.leaf = ulid.Make(), 0, ""
 	return func() error {
 		if err := deleteRecords(tx, old); err != nil {
@@ -635,7 +635,7 @@ func prepareReset(tx *bolt.Tx, c Change, now time.Time, notes *commitNotes, res 
 		if err != nil {
 			return err
 		}
-		*res = ChangeResult{Incarnation: incarnationOf(meta.inc), Offset: Start, NextOffset: offsetOf(next), Aborted: ids, UID: inst.UID,
+		*res = ChangeResult{Incarnation: incarnationOf(meta.inc), Offset: record.Start, NextOffset: record.OffsetOf(next), Aborted: ids, UID: inst.UID,
 			PreviousIncarnation: prevInc, PreviousTail: prevTail}
 		return nil
 	}, nil
@@ -648,7 +648,7 @@ func prepareDelete(tx *bolt.Tx, c Change, now time.Time, notes *commitNotes, res
 		return nil, err
 	}
 	type stream struct {
-		key  Key
+		key  record.Key
 		meta streamMeta
 	}
 	var streams []stream
@@ -659,7 +659,7 @@ func prepareDelete(tx *bolt.Tx, c Change, now time.Time, notes *commitNotes, res
 		if err != nil {
 			return nil, err
 		}
-		streams = append(streams, stream{Key{Agent: agent, Instance: instance, Session: string(k[len(sp):])}, m})
+		streams = append(streams, stream{record.Key{Agent: agent, Instance: instance, Session: string(k[len(sp):])}, m})
 	}
 	if !hasRow && len(streams) == 0 {
 		return nil, fmt.Errorf("%w: %s/%s", ErrInstanceNotFound, agent, instance)
@@ -724,7 +724,7 @@ func prepareDelete(tx *bolt.Tx, c Change, now time.Time, notes *commitNotes, res
 // they name. Every submission has its user message in its stream, so the
 // records name them all (those of earlier incarnations went with their
 // reset's settlement entries, which also name them).
-func purgeStream(tx *bolt.Tx, key Key, streamID uint64) error {
+func purgeStream(tx *bolt.Tx, key record.Key, streamID uint64) error {
 	subs := map[string]bool{}
 	if err := streamEntries(tx, streamID, func(_, sub string) {
 		if sub != "" {
@@ -751,11 +751,11 @@ func purgeStream(tx *bolt.Tx, key Key, streamID uint64) error {
 
 // Checkpoint is a user message of the active path: a place to rewind to.
 type Checkpoint struct {
-	EntryID      string    `json:"entryId"`
-	SubmissionID string    `json:"submissionId"`
-	Offset       Offset    `json:"offset"`
-	Timestamp    time.Time `json:"timestamp"`
-	Preview      string    `json:"preview"`
+	EntryID      string        `json:"entryId"`
+	SubmissionID string        `json:"submissionId"`
+	Offset       record.Offset `json:"offset"`
+	Timestamp    time.Time     `json:"timestamp"`
+	Preview      string        `json:"preview"`
 }
 
 // previewLength bounds a checkpoint's preview, in characters.
@@ -763,7 +763,7 @@ const previewLength = 80
 
 // Checkpoints returns the user messages of the active path, oldest first.
 // Offset is where the batch holding the message starts.
-func (db *DB) Checkpoints(ctx context.Context, key Key) ([]Checkpoint, error) {
+func (db *DB) Checkpoints(ctx context.Context, key record.Key) ([]Checkpoint, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -781,10 +781,10 @@ func (db *DB) Checkpoints(ctx context.Context, key Key) ([]Checkpoint, error) {
 			return err
 		}
 		for _, e := range path {
-			if e.Type != EntryUserMessage {
+			if e.Type != record.EntryUserMessage {
 				continue
 			}
-			out = append(out, Checkpoint{EntryID: e.ID, SubmissionID: e.SubmissionID, Offset: offsetOf(e.pos),
+			out = append(out, Checkpoint{EntryID: e.ID, SubmissionID: e.SubmissionID, Offset: record.OffsetOf(e.pos),
 				Timestamp: e.Timestamp, Preview: preview(e.Payload)})
 		}
 		return nil
@@ -796,13 +796,13 @@ func (db *DB) Checkpoints(ctx context.Context, key Key) ([]Checkpoint, error) {
 }
 
 func preview(payload json.RawMessage) string {
-	var p MessagePayload
+	var p record.MessagePayload
 	if json.Unmarshal(payload, &p) != nil {
 		return ""
 	}
 	var b strings.Builder
 	for _, part := range p.Parts {
-		if part.Type == PartText {
+		if part.Type == record.PartText {
 			if b.Len() > 0 {
 				b.WriteByte(' ')
 			}

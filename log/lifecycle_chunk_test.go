@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 )
 
 // A rewind or reset of a session with more unsettled submissions than one
@@ -14,9 +15,9 @@ import (
 func TestChangeSettlesBacklogOverOneBatch(t *testing.T) {
 	db := openTestDB(t, nil)
 	ctx := context.Background()
-	key := clog.Key{Agent: "a", Instance: "i", Session: "big"}
-	n := clog.MaxRecordsBatch + 100
-	var first clog.Submission
+	key := record.Key{Agent: "a", Instance: "i", Session: "big"}
+	n := record.MaxRecordsBatch + 100
+	var first record.Submission
 	for i := range n {
 		s := admitText(t, db, key, "m")
 		if i == 0 {
@@ -40,7 +41,7 @@ func TestChangeSettlesBacklogOverOneBatch(t *testing.T) {
 		t.Fatalf("read at the rewind's offset: %+v %v", got, err)
 	}
 	recs, err := got.Batches[0].Records.Decode()
-	if err != nil || recs[len(recs)-1].Kind != clog.KindTruncated {
+	if err != nil || recs[len(recs)-1].Kind != record.KindTruncated {
 		t.Fatalf("the rewind's batch does not end with its truncation: %v", err)
 	}
 	for range n {

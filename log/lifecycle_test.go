@@ -7,25 +7,26 @@ import (
 	"time"
 
 	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/projection"
 )
 
-func admitText(t *testing.T, db *clog.DB, key clog.Key, text string) clog.Submission {
+func admitText(t *testing.T, db *clog.DB, key record.Key, text string) record.Submission {
 	t.Helper()
-	sub, _, err := db.Admit(context.Background(), clog.Admission{Key: key, Records: []clog.Record{userEntry(text)}})
+	sub, _, err := db.Admit(context.Background(), clog.Admission{Key: key, Records: []record.Record{userEntry(text)}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return sub
 }
 
-func readAllRecords(t *testing.T, db *clog.DB, key clog.Key) (clog.ReadResult, []clog.Record) {
+func readAllRecords(t *testing.T, db *clog.DB, key record.Key) (record.ReadResult, []record.Record) {
 	t.Helper()
-	res, err := db.Read(context.Background(), key, clog.Start, clog.MaxReadLimit)
+	res, err := db.Read(context.Background(), key, record.Start, clog.MaxReadLimit)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var recs []clog.Record
+	var recs []record.Record
 	for _, b := range res.Batches {
 		rs, err := b.Records.Decode()
 		if err != nil {
@@ -36,7 +37,7 @@ func readAllRecords(t *testing.T, db *clog.DB, key clog.Key) (clog.ReadResult, [
 	return res, recs
 }
 
-func userTexts(recs []clog.Record) []string {
+func userTexts(recs []record.Record) []string {
 	var out []string
 	for _, m := range projection.Project(recs).Messages {
 		out = append(out, m.Parts[0].Text)
@@ -47,7 +48,7 @@ func userTexts(recs []clog.Record) []string {
 func TestChangeRewindRegenerateFork(t *testing.T) {
 	db := openTestDB(t, nil)
 	ctx := context.Background()
-	key := clog.Key{Agent: "a", Instance: "i", Session: "s"}
+	key := record.Key{Agent: "a", Instance: "i", Session: "s"}
 	s1 := admitText(t, db, key, "one")
 	s2 := admitText(t, db, key, "two")
 	s3 := admitText(t, db, key, "three")
@@ -69,7 +70,7 @@ func TestChangeRewindRegenerateFork(t *testing.T) {
 		t.Fatalf("key reused: %v", err)
 	}
 	for _, id := range []string{s1.ID, s2.ID, s3.ID} {
-		if s, _ := db.Submission(ctx, id); s.Status != clog.StatusAborted || s.Error.Code != "rewound" {
+		if s, _ := db.Submission(ctx, id); s.Status != record.StatusAborted || s.Error.Code != "rewound" {
 			t.Fatalf("%s after rewind: %+v", id, s)
 		}
 	}
@@ -96,7 +97,7 @@ func TestChangeRewindRegenerateFork(t *testing.T) {
 	// Regenerate the last user message: a new submission, queued and in
 	// the outbox, its message the same.
 	res, _, err = db.Change(ctx, clog.Change{Kind: clog.ChangeRegenerate, Key: key})
-	if err != nil || res.Submission == nil || res.Submission.Status != clog.StatusAdmitted {
+	if err != nil || res.Submission == nil || res.Submission.Status != record.StatusAdmitted {
 		t.Fatalf("regenerate %+v %v", res, err)
 	}
 	if pending, _ := db.Pending(ctx, key); len(pending) != 1 || pending[0].ID != res.Submission.ID {
@@ -113,15 +114,15 @@ func TestChangeRewindRegenerateFork(t *testing.T) {
 	}
 
 	// Fork the path up to the first message into another instance.
-	fk, _, err := db.Change(ctx, clog.Change{Kind: clog.ChangeFork, Key: key, EntryID: cps[0].EntryID, Target: clog.Key{Agent: "a", Instance: "j", Session: "default"}})
+	fk, _, err := db.Change(ctx, clog.Change{Kind: clog.ChangeFork, Key: key, EntryID: cps[0].EntryID, Target: record.Key{Agent: "a", Instance: "j", Session: "default"}})
 	if err != nil || fk.UID == "" || fk.UID == s1.UID {
 		t.Fatalf("fork %+v %v", fk, err)
 	}
-	_, frecs := readAllRecords(t, db, clog.Key{Agent: "a", Instance: "j", Session: "default"})
+	_, frecs := readAllRecords(t, db, record.Key{Agent: "a", Instance: "j", Session: "default"})
 	if got := userTexts(frecs); len(got) != 1 || got[0] != "one" || frecs[0].Entry.Type != clog.EntryForked {
 		t.Fatalf("fork %v", got)
 	}
-	if _, _, err := db.Change(ctx, clog.Change{Kind: clog.ChangeFork, Key: key, EntryID: cps[0].EntryID, Target: clog.Key{Agent: "a", Instance: "j", Session: "x"}}); !errors.Is(err, clog.ErrConflict) {
+	if _, _, err := db.Change(ctx, clog.Change{Kind: clog.ChangeFork, Key: key, EntryID: cps[0].EntryID, Target: record.Key{Agent: "a", Instance: "j", Session: "x"}}); !errors.Is(err, clog.ErrConflict) {
 		t.Fatalf("fork into an existing instance: %v", err)
 	}
 }
@@ -129,9 +130,9 @@ func TestChangeRewindRegenerateFork(t *testing.T) {
 func TestChangeDeleteAndPurge(t *testing.T) {
 	db := openTestDB(t, nil)
 	ctx := context.Background()
-	key := clog.Key{Agent: "a", Instance: "i", Session: "s"}
+	key := record.Key{Agent: "a", Instance: "i", Session: "s"}
 	done := admitText(t, db, key, "one")
-	if _, err := db.Write(ctx, clog.Write{Key: key, Settle: []clog.Settlement{{SubmissionID: done.ID, Outcome: clog.OutcomeCompleted}}}); err != nil {
+	if _, err := db.Write(ctx, clog.Write{Key: key, Settle: []record.Settlement{{SubmissionID: done.ID, Outcome: record.OutcomeCompleted}}}); err != nil {
 		t.Fatal(err)
 	}
 	queued := admitText(t, db, key, "two")
@@ -149,11 +150,11 @@ func TestChangeDeleteAndPurge(t *testing.T) {
 	if r, _ := readAllRecords(t, db, key); r.Incarnation != "" || len(r.Batches) != 0 {
 		t.Fatalf("after delete %+v", r)
 	}
-	if s, err := db.Submission(ctx, queued.ID); err != nil || s.Status != clog.StatusAborted || s.Error.Code != "deleted" {
+	if s, err := db.Submission(ctx, queued.ID); err != nil || s.Status != record.StatusAborted || s.Error.Code != "deleted" {
 		t.Fatalf("kept submission %+v %v", s, err)
 	}
 	var se *clog.StaleGenerationError
-	if _, _, err := db.Admit(ctx, clog.Admission{Key: key, Records: []clog.Record{userEntry("x")}, UID: done.UID}); !errors.As(err, &se) || se.Current != "" {
+	if _, _, err := db.Admit(ctx, clog.Admission{Key: key, Records: []record.Record{userEntry("x")}, UID: done.UID}); !errors.As(err, &se) || se.Current != "" {
 		t.Fatalf("old uid: %v", err)
 	}
 	if list, _, _ := db.Instances(ctx, "a", "", 10); len(list) != 0 {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 )
 
 // openTestDB opens a log in a fresh temp folder and closes it with the test.
@@ -25,22 +26,22 @@ func openTestDB(t testing.TB, opts *clog.Options) *clog.DB {
 	return db
 }
 
-func userEntry(text string) clog.Record {
-	p, _ := json.Marshal(clog.MessagePayload{Parts: []clog.Part{{Type: clog.PartText, Text: text}}})
-	return clog.EntryRecord(clog.Entry{Type: clog.EntryUserMessage, Payload: p})
+func userEntry(text string) record.Record {
+	p, _ := json.Marshal(record.MessagePayload{Parts: []record.Part{{Type: record.PartText, Text: text}}})
+	return record.EntryRecord(record.Entry{Type: record.EntryUserMessage, Payload: p})
 }
 
-var testKey = clog.Key{Agent: "echo", Instance: "i1", Session: "default"}
+var testKey = record.Key{Agent: "echo", Instance: "i1", Session: "default"}
 
 func TestAppendReadRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	db := openTestDB(t, nil)
 
-	res, err := db.Read(ctx, testKey, clog.Start, 0)
+	res, err := db.Read(ctx, testKey, record.Start, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Incarnation != "" || len(res.Batches) != 0 || res.NextOffset != clog.Start || !res.UpToDate {
+	if res.Incarnation != "" || len(res.Batches) != 0 || res.NextOffset != record.Start || !res.UpToDate {
 		t.Fatalf("absent stream read = %+v", res)
 	}
 	a1, err := db.Append(ctx, testKey, userEntry("one"), userEntry("two"))
@@ -51,13 +52,13 @@ func TestAppendReadRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a1.Offset != clog.Start || a2.Offset != a1.NextOffset || a1.Incarnation != a2.Incarnation {
+	if a1.Offset != record.Start || a2.Offset != a1.NextOffset || a1.Incarnation != a2.Incarnation {
 		t.Fatalf("offsets: %+v %+v", a1, a2)
 	}
 	if got, want := a2.Records[0].Entry.ParentID, a1.Records[1].Entry.ID; got != want {
 		t.Fatalf("parent = %q, want leaf %q", got, want)
 	}
-	res, err = db.Read(ctx, testKey, clog.Start, 0)
+	res, err = db.Read(ctx, testKey, record.Start, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 )
 
 type countingObserver struct {
@@ -30,7 +31,7 @@ func TestObserverAndBacklog(t *testing.T) {
 	obs := &countingObserver{}
 	db := openTestDB(t, &clog.Options{Observer: obs})
 	for i := 0; i < 3; i++ {
-		if _, _, err := db.Admit(ctx, clog.Admission{Key: testKey, Records: []clog.Record{userEntry("hi")}}); err != nil {
+		if _, _, err := db.Admit(ctx, clog.Admission{Key: testKey, Records: []record.Record{userEntry("hi")}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -95,7 +96,7 @@ func TestBackupWhileWritingRestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := r.Read(ctx, testKey, clog.Start, 0)
+	got, err := r.Read(ctx, testKey, record.Start, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/convlog/convlog/log/record"
 	"github.com/oklog/ulid/v2"
 )
 
@@ -35,12 +36,12 @@ type entryTailJSON struct {
 // pre-encode (a truncation, an invalid record, an unusual timestamp) gets
 // no preEncoded and is checked and encoded inside the transaction as
 // before, so errors are reported exactly where and as they were.
-func preEncode(records []Record) ([]Record, []*preEncoded) {
-	out := make([]Record, len(records))
+func preEncode(records []record.Record) ([]record.Record, []*preEncoded) {
+	out := make([]record.Record, len(records))
 	pre := make([]*preEncoded, len(records))
 	for i, r := range records {
 		out[i] = r
-		if r.Kind != KindEntry || r.Entry == nil || r.Validate() != nil {
+		if r.Kind != record.KindEntry || r.Entry == nil || r.Validate() != nil {
 			continue
 		}
 		e := *r.Entry

@@ -3,6 +3,7 @@ package log
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/convlog/convlog/log/record"
 	"testing"
 	"time"
 )
@@ -12,13 +13,13 @@ import (
 func TestPreEncodeMatchesMarshal(t *testing.T) {
 	now := time.Date(2026, 12, 1, 20, 0, 0, 123456789, time.UTC)
 	zone := time.FixedZone("x", 5*3600+1800)
-	recs := []Record{
-		EntryRecord(Entry{Type: EntryUserMessage, Payload: json.RawMessage(`{ "parts" : [ {"type":"text","text":"a<b>&c é"} ] }`)}),
-		EntryRecord(Entry{ID: "given-id", Type: "custom", TurnID: "t1", SubmissionID: "sub_<x>"}),
-		EntryRecord(Entry{ID: "ü\"quoted\\", ParentID: "p&<>", Timestamp: time.Date(2020, 1, 2, 3, 4, 5, 0, zone), Type: "t", Payload: json.RawMessage(`[1, 2]`)}),
-		EntryRecord(Entry{Type: "bad", Payload: json.RawMessage(`{`)}),
-		TruncatedRecord("", "reset"),
-		EntryRecord(Entry{Type: "far", Timestamp: time.Date(10001, 1, 1, 0, 0, 0, 0, time.UTC)}),
+	recs := []record.Record{
+		record.EntryRecord(record.Entry{Type: record.EntryUserMessage, Payload: json.RawMessage(`{ "parts" : [ {"type":"text","text":"a<b>&c é"} ] }`)}),
+		record.EntryRecord(record.Entry{ID: "given-id", Type: "custom", TurnID: "t1", SubmissionID: "sub_<x>"}),
+		record.EntryRecord(record.Entry{ID: "ü\"quoted\\", ParentID: "p&<>", Timestamp: time.Date(2020, 1, 2, 3, 4, 5, 0, zone), Type: "t", Payload: json.RawMessage(`[1, 2]`)}),
+		record.EntryRecord(record.Entry{Type: "bad", Payload: json.RawMessage(`{`)}),
+		record.TruncatedRecord("", "reset"),
+		record.EntryRecord(record.Entry{Type: "far", Timestamp: time.Date(10001, 1, 1, 0, 0, 0, 0, time.UTC)}),
 	}
 	out, pre := preEncode(recs)
 	if pre[0] == nil || pre[1] == nil || pre[2] == nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/convlog/convlog/log/record"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -21,7 +22,7 @@ const (
 // DefaultReadLimit). A stream that does not exist reads as no incarnation
 // and no batches; an offset the stream never produced is ErrUnknownOffset.
 // The cost is that of the records returned, whatever the offset.
-func (db *DB) Read(ctx context.Context, key Key, offset Offset, limit int) (ReadResult, error) {
+func (db *DB) Read(ctx context.Context, key record.Key, offset record.Offset, limit int) (record.ReadResult, error) {
 	return db.ReadBytes(ctx, key, offset, limit, MaxReadBytes)
 }
 
@@ -29,35 +30,35 @@ func (db *DB) Read(ctx context.Context, key Key, offset Offset, limit int) (Read
 // MaxReadBytes (0 or more means MaxReadBytes): for a reader that holds the
 // page while a slow client takes it. The first batch is returned whole
 // whatever its size.
-func (db *DB) ReadBytes(ctx context.Context, key Key, offset Offset, limit, maxBytes int) (ReadResult, error) {
+func (db *DB) ReadBytes(ctx context.Context, key record.Key, offset record.Offset, limit, maxBytes int) (record.ReadResult, error) {
 	return db.readBytes(ctx, key, "", nil, offset, limit, maxBytes)
 }
 
 // readBytes is ReadBytes; a Watch passes its encoded key k, validated on
 // the way in, and its tail-cache entry.
-func (db *DB) readBytes(ctx context.Context, key Key, k string, entry *tail, offset Offset, limit, maxBytes int) (ReadResult, error) {
+func (db *DB) readBytes(ctx context.Context, key record.Key, k string, entry *tail, offset record.Offset, limit, maxBytes int) (record.ReadResult, error) {
 	if maxBytes <= 0 || maxBytes > MaxReadBytes {
 		maxBytes = MaxReadBytes
 	}
 	if err := ctx.Err(); err != nil {
-		return ReadResult{}, err
+		return record.ReadResult{}, err
 	}
 	if k == "" {
 		if err := key.Validate(); err != nil {
-			return ReadResult{}, fmt.Errorf("read %s: %w", key, err)
+			return record.ReadResult{}, fmt.Errorf("read %s: %w", key, err)
 		}
 		k = string(encodeKey(key))
 	}
 	pos, err := offset.Position()
 	if err != nil {
-		return ReadResult{}, fmt.Errorf("read %s: %w", key, err)
+		return record.ReadResult{}, fmt.Errorf("read %s: %w", key, err)
 	}
 	if limit <= 0 {
 		limit = DefaultReadLimit
 	}
 	limit = min(limit, MaxReadLimit)
 	if db.isClosed() {
-		return ReadResult{}, fmt.Errorf("read %s: %w", key, ErrClosed)
+		return record.ReadResult{}, fmt.Errorf("read %s: %w", key, ErrClosed)
 	}
 	if res, ok := db.tails.read(k, entry, pos, limit, maxBytes); ok {
 		return res, nil
@@ -66,8 +67,8 @@ func (db *DB) readBytes(ctx context.Context, key Key, k string, entry *tail, off
 }
 
 // readStore is Read from bbolt, bypassing the tail cache.
-func (db *DB) readStore(key Key, offset Offset, pos uint64, limit, maxBytes int) (ReadResult, error) {
-	res := ReadResult{Batches: []Batch{}, NextOffset: offset, UpToDate: true}
+func (db *DB) readStore(key record.Key, offset record.Offset, pos uint64, limit, maxBytes int) (record.ReadResult, error) {
+	res := record.ReadResult{Batches: []record.Batch{}, NextOffset: offset, UpToDate: true}
 	err := db.view(func(tx *bolt.Tx) error {
 		meta, ok, err := loadStream(tx, key)
 		if err != nil {
@@ -103,18 +104,18 @@ func (db *DB) readStore(key Key, offset Offset, pos uint64, limit, maxBytes int)
 			}
 			at := binary.BigEndian.Uint64(k[8:])
 			// Values point into the mmap and die with the transaction.
-			res.Batches = append(res.Batches, Batch{Offset: offsetOf(at), Count: int(count), Records: bytes.Clone(array)})
+			res.Batches = append(res.Batches, record.Batch{Offset: record.OffsetOf(at), Count: int(count), Records: bytes.Clone(array)})
 			records += int(count)
 			size += len(array)
 			next = at + count
 		}
-		res.NextOffset = offsetOf(next)
+		res.NextOffset = record.OffsetOf(next)
 		res.UpToDate = next == meta.next
 		res.Remaining = meta.next - next
 		return nil
 	})
 	if err != nil {
-		return ReadResult{}, fmt.Errorf("read %s: %w", key, err)
+		return record.ReadResult{}, fmt.Errorf("read %s: %w", key, err)
 	}
 	return res, nil
 }
@@ -123,8 +124,8 @@ func (db *DB) readStore(key Key, offset Offset, pos uint64, limit, maxBytes int)
 // stream's incarnation, so that a reader holding an offset of an older
 // incarnation can tell it must restart from Start.
 type OffsetError struct {
-	Offset      Offset
-	Incarnation Incarnation
+	Offset      record.Offset
+	Incarnation record.Incarnation
 }
 
 func (e *OffsetError) Error() string {
@@ -135,7 +136,7 @@ func (e *OffsetError) Unwrap() error { return ErrUnknownOffset }
 
 // Tail returns the stream's incarnation and the offset its next batch will
 // have; an absent stream has no incarnation and tail Start.
-func (db *DB) Tail(ctx context.Context, key Key) (Incarnation, Offset, error) {
+func (db *DB) Tail(ctx context.Context, key record.Key) (record.Incarnation, record.Offset, error) {
 	if err := ctx.Err(); err != nil {
 		return "", "", err
 	}
@@ -143,7 +144,7 @@ func (db *DB) Tail(ctx context.Context, key Key) (Incarnation, Offset, error) {
 		return "", "", fmt.Errorf("tail %s: %w", key, err)
 	}
 	if inc, next, ok := db.tails.tailOf(string(encodeKey(key))); ok && !db.isClosed() {
-		return inc, offsetOf(next), nil
+		return inc, record.OffsetOf(next), nil
 	}
 	var meta streamMeta
 	var ok bool
@@ -155,7 +156,7 @@ func (db *DB) Tail(ctx context.Context, key Key) (Incarnation, Offset, error) {
 		return "", "", fmt.Errorf("tail %s: %w", key, err)
 	}
 	if !ok {
-		return "", Start, nil
+		return "", record.Start, nil
 	}
-	return incarnationOf(meta.inc), offsetOf(meta.next), nil
+	return incarnationOf(meta.inc), record.OffsetOf(meta.next), nil
 }

@@ -9,14 +9,15 @@ import (
 
 	"github.com/convlog/convlog/internal/check"
 	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 )
 
 func TestReadPaging(t *testing.T) {
 	ctx := context.Background()
 	db := openTestDB(t, nil)
-	var offsets []clog.Offset
+	var offsets []record.Offset
 	for i := range 10 {
-		recs := make([]clog.Record, i%3+1)
+		recs := make([]record.Record, i%3+1)
 		for j := range recs {
 			recs[j] = userEntry("r")
 		}
@@ -28,8 +29,8 @@ func TestReadPaging(t *testing.T) {
 	}
 	// Paging by any limit visits every batch once, whole, in order.
 	for _, limit := range []int{1, 2, 3, 5, 100} {
-		var seen []clog.Offset
-		off := clog.Start
+		var seen []record.Offset
+		off := record.Start
 		for {
 			res, err := db.Read(ctx, testKey, off, limit)
 			if err != nil {
@@ -68,11 +69,11 @@ func TestReadOffsets(t *testing.T) {
 	if _, err := db.Append(ctx, testKey, userEntry("a"), userEntry("b")); err != nil {
 		t.Fatal(err)
 	}
-	absent := clog.Key{Agent: "echo", Instance: "i1", Session: "nobody"}
+	absent := record.Key{Agent: "echo", Instance: "i1", Session: "nobody"}
 	cases := []struct {
 		name   string
-		key    clog.Key
-		offset clog.Offset
+		key    record.Key
+		offset record.Offset
 		want   error
 	}{
 		{"start", testKey, "0", nil},
@@ -86,7 +87,7 @@ func TestReadOffsets(t *testing.T) {
 		{"empty", testKey, "", clog.ErrInvalidOffset},
 		{"absent start", absent, "0", nil},
 		{"absent elsewhere", absent, "2", clog.ErrUnknownOffset},
-		{"bad key", clog.Key{Agent: "a b", Instance: "i", Session: "s"}, "0", clog.ErrInvalidName},
+		{"bad key", record.Key{Agent: "a b", Instance: "i", Session: "s"}, "0", clog.ErrInvalidName},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -105,7 +106,7 @@ func TestReadOffsets(t *testing.T) {
 func TestResetChangesIncarnation(t *testing.T) {
 	ctx := context.Background()
 	db := openTestDB(t, nil)
-	sub, _, err := db.Admit(ctx, clog.Admission{Key: testKey, Records: []clog.Record{userEntry("a")}})
+	sub, _, err := db.Admit(ctx, clog.Admission{Key: testKey, Records: []record.Record{userEntry("a")}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,18 +120,18 @@ func TestResetChangesIncarnation(t *testing.T) {
 	}
 	// The new incarnation holds only the settlement of the submission the
 	// reset aborted: every submission keeps exactly one settlement.
-	res, err := db.Read(ctx, testKey, clog.Start, 0)
+	res, err := db.Read(ctx, testKey, record.Start, 0)
 	if err != nil || res.Incarnation != inc || len(res.Batches) != 1 {
 		t.Fatalf("after reset: %+v %v", res, err)
 	}
 	recs, _ := res.Batches[0].Records.Decode()
-	if len(recs) != 1 || recs[0].Entry.Type != clog.EntrySettlement || recs[0].Entry.SubmissionID != sub.ID || recs[0].Entry.ParentID != "" {
+	if len(recs) != 1 || recs[0].Entry.Type != record.EntrySettlement || recs[0].Entry.SubmissionID != sub.ID || recs[0].Entry.ParentID != "" {
 		t.Fatalf("after reset: %+v", recs)
 	}
 	if _, err := db.Read(ctx, testKey, a.NextOffset, 0); !errors.Is(err, clog.ErrUnknownOffset) {
 		t.Fatalf("old offset: %v", err)
 	}
-	if s, _ := db.Submission(ctx, sub.ID); s.Status != clog.StatusAborted || s.Error == nil || s.Error.Code != "stream_reset" {
+	if s, _ := db.Submission(ctx, sub.ID); s.Status != record.StatusAborted || s.Error == nil || s.Error.Code != "stream_reset" {
 		t.Fatalf("queued submission after reset: %+v", s)
 	}
 	// Old entry ids are forgotten: the new incarnation starts a fresh path.
@@ -142,7 +143,7 @@ func TestResetChangesIncarnation(t *testing.T) {
 	if _, err := db.Reset(ctx, testKey); err != nil {
 		t.Fatal(err)
 	}
-	if res, _ := db.Read(ctx, testKey, clog.Start, 0); len(res.Batches) != 0 {
+	if res, _ := db.Read(ctx, testKey, record.Start, 0); len(res.Batches) != 0 {
 		t.Fatalf("empty reset: %+v", res)
 	}
 }
@@ -152,14 +153,14 @@ func TestTruncationMovesLeaf(t *testing.T) {
 	db := openTestDB(t, nil)
 	a, _ := db.Append(ctx, testKey, userEntry("a"), userEntry("b"))
 	first := a.Records[0].Entry.ID
-	tr, err := db.Append(ctx, testKey, clog.TruncatedRecord(first, "edit"), userEntry("b2"))
+	tr, err := db.Append(ctx, testKey, record.TruncatedRecord(first, "edit"), userEntry("b2"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if tr.Records[0].NewLeafID != first || tr.Records[1].Entry.ParentID != first {
 		t.Fatalf("truncation: %+v %+v", tr.Records[0], tr.Records[1].Entry)
 	}
-	root, err := db.Append(ctx, testKey, clog.TruncatedRecord("", "clear"), userEntry("fresh"))
+	root, err := db.Append(ctx, testKey, record.TruncatedRecord("", "clear"), userEntry("fresh"))
 	if err != nil || root.Records[1].Entry.ParentID != "" {
 		t.Fatalf("rewind to start: %+v %v", root, err)
 	}
@@ -172,7 +173,7 @@ func TestWait(t *testing.T) {
 	// An absent stream: waiting at "0" with no incarnation blocks until the
 	// first append.
 	woke := make(chan error, 1)
-	go func() { woke <- db.Wait(ctx, testKey, clog.Start, "") }()
+	go func() { woke <- db.Wait(ctx, testKey, record.Start, "") }()
 	// Registered first, so that the window below follows the waiter's
 	// check of the tail even on a loaded machine; a correct Wait never
 	// returns in it, so the window can only miss a fault, not invent one.
@@ -190,7 +191,7 @@ func TestWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Behind the tail: returns at once.
-	if err := db.Wait(ctx, testKey, clog.Start, a.Incarnation); err != nil {
+	if err := db.Wait(ctx, testKey, record.Start, a.Incarnation); err != nil {
 		t.Fatal(err)
 	}
 	// Cancellation.
@@ -234,7 +235,7 @@ func TestWaitEndsOnClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	woke := make(chan error, 1)
-	go func() { woke <- db.Wait(context.Background(), testKey, clog.Start, "") }()
+	go func() { woke <- db.Wait(context.Background(), testKey, record.Start, "") }()
 	waitForWaiters(t, db, 1)
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
@@ -245,7 +246,7 @@ func TestWaitEndsOnClose(t *testing.T) {
 	if _, err := db.Append(context.Background(), testKey, userEntry("x")); !errors.Is(err, clog.ErrClosed) {
 		t.Fatalf("append after close: %v", err)
 	}
-	if _, err := db.Read(context.Background(), testKey, clog.Start, 0); !errors.Is(err, clog.ErrClosed) {
+	if _, err := db.Read(context.Background(), testKey, record.Start, 0); !errors.Is(err, clog.ErrClosed) {
 		t.Fatalf("read after close: %v", err)
 	}
 }
@@ -257,18 +258,18 @@ func TestWriteExpectsIncarnation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Write(ctx, clog.Write{Key: testKey, Records: []clog.Record{userEntry("b")}, Incarnation: a.Incarnation}); err != nil {
+	if _, err := db.Write(ctx, clog.Write{Key: testKey, Records: []record.Record{userEntry("b")}, Incarnation: a.Incarnation}); err != nil {
 		t.Fatalf("same incarnation: %v", err)
 	}
 	if _, err := db.Reset(ctx, testKey); err != nil {
 		t.Fatal(err)
 	}
-	_, err = db.Write(ctx, clog.Write{Key: testKey, Records: []clog.Record{userEntry("late")}, Incarnation: a.Incarnation})
+	_, err = db.Write(ctx, clog.Write{Key: testKey, Records: []record.Record{userEntry("late")}, Incarnation: a.Incarnation})
 	if !errors.Is(err, clog.ErrIncarnationChanged) {
 		t.Fatalf("old incarnation: %v", err)
 	}
-	absent := clog.Key{Agent: "echo", Instance: "i1", Session: "absent"}
-	if _, err := db.Write(ctx, clog.Write{Key: absent, Records: []clog.Record{userEntry("x")}, Incarnation: a.Incarnation}); !errors.Is(err, clog.ErrIncarnationChanged) {
+	absent := record.Key{Agent: "echo", Instance: "i1", Session: "absent"}
+	if _, err := db.Write(ctx, clog.Write{Key: absent, Records: []record.Record{userEntry("x")}, Incarnation: a.Incarnation}); !errors.Is(err, clog.ErrIncarnationChanged) {
 		t.Fatalf("absent stream: %v", err)
 	}
 }

@@ -3,6 +3,7 @@ package log
 import (
 	"context"
 	"encoding/json"
+	"github.com/convlog/convlog/log/record"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,10 +18,10 @@ func TestReadBytesBoundsThePage(t *testing.T) {
 	}
 	defer db.Close()
 	ctx := context.Background()
-	key := Key{Agent: "a", Instance: "i", Session: "s"}
-	rec := func(n int) Record {
-		p, _ := json.Marshal(MessagePayload{Parts: []Part{{Type: PartText, Text: strings.Repeat("x", n)}}})
-		return EntryRecord(Entry{Type: EntryUserMessage, Payload: p})
+	key := record.Key{Agent: "a", Instance: "i", Session: "s"}
+	rec := func(n int) record.Record {
+		p, _ := json.Marshal(record.MessagePayload{Parts: []record.Part{{Type: record.PartText, Text: strings.Repeat("x", n)}}})
+		return record.EntryRecord(record.Entry{Type: record.EntryUserMessage, Payload: p})
 	}
 	if _, err := db.Append(ctx, key, rec(5000)); err != nil {
 		t.Fatal(err)
@@ -30,7 +31,7 @@ func TestReadBytesBoundsThePage(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	check := func(res ReadResult, err error) {
+	check := func(res record.ReadResult, err error) {
 		t.Helper()
 		if err != nil {
 			t.Fatal(err)
@@ -39,8 +40,8 @@ func TestReadBytesBoundsThePage(t *testing.T) {
 			t.Fatalf("a page over 1000 bytes starting with a 5000-byte batch has %d batches", len(res.Batches))
 		}
 	}
-	check(db.ReadBytes(ctx, key, Start, 0, 1000))
-	check(db.readStore(key, Start, 0, DefaultReadLimit, 1000))
+	check(db.ReadBytes(ctx, key, record.Start, 0, 1000))
+	check(db.readStore(key, record.Start, 0, DefaultReadLimit, 1000))
 	res, err := db.ReadBytes(ctx, key, res1(t, db, key), 0, 1000)
 	if err != nil {
 		t.Fatal(err)
@@ -58,8 +59,8 @@ func TestReadBytesBoundsThePage(t *testing.T) {
 }
 
 // res1 is the offset after the first batch.
-func res1(t *testing.T, db *DB, key Key) Offset {
-	res, err := db.Read(context.Background(), key, Start, 1)
+func res1(t *testing.T, db *DB, key record.Key) record.Offset {
+	res, err := db.Read(context.Background(), key, record.Start, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/convlog/convlog/log/record"
 	"github.com/oklog/ulid/v2"
 	bolt "go.etcd.io/bbolt"
 )
@@ -16,11 +17,11 @@ import (
 // new incarnation starts with their settlement entries, so that every
 // submission still has exactly one settlement in its stream. Resetting an
 // absent stream creates it, empty.
-func (db *DB) Reset(ctx context.Context, key Key) (Incarnation, error) {
+func (db *DB) Reset(ctx context.Context, key record.Key) (record.Incarnation, error) {
 	if err := key.Validate(); err != nil {
 		return "", fmt.Errorf("reset %s: %w", key, err)
 	}
-	var inc Incarnation
+	var inc record.Incarnation
 	op := &write{prepare: func(tx *bolt.Tx, now time.Time, notes *commitNotes) (func() error, []byte, error) {
 		meta, ok, err := loadStream(tx, key)
 		if err != nil {
@@ -32,7 +33,7 @@ func (db *DB) Reset(ctx context.Context, key Key) (Incarnation, error) {
 		old := meta.id
 		meta.inc, meta.next, meta.leaf = ulid.Make(), 0, ""
 		return func() error {
-			var settled []Record
+			var settled []record.Record
 			if old != 0 {
 				if err := deleteRecords(tx, old); err != nil {
 					return err
@@ -126,21 +127,21 @@ func deletePrefix(b *bolt.Bucket, prefix []byte) error {
 
 // abortQueued settles the stream's unsettled submissions aborted and
 // returns their settlement entries.
-func abortQueued(tx *bolt.Tx, streamID uint64, now time.Time) ([]Record, error) {
+func abortQueued(tx *bolt.Tx, streamID uint64, now time.Time) ([]record.Record, error) {
 	queue := tx.Bucket(bucketQueue)
 	var ids []string
 	c := queue.Cursor()
 	for k, v := c.Seek(u64(streamID)); k != nil && binary.BigEndian.Uint64(k) == streamID; k, v = c.Next() {
 		ids = append(ids, string(v))
 	}
-	var settled []Record
+	var settled []record.Record
 	for _, id := range ids {
 		s, err := getSubmission(tx, id)
 		if err != nil {
 			return nil, err
 		}
-		s.Status, s.SettledAt = StatusAborted, now
-		s.Error = &Failure{Code: "stream_reset", Message: "the stream was reset before the submission settled"}
+		s.Status, s.SettledAt = record.StatusAborted, now
+		s.Error = &record.Failure{Code: "stream_reset", Message: "the stream was reset before the submission settled"}
 		if err := putSubmission(tx, s); err != nil {
 			return nil, err
 		}
@@ -148,11 +149,11 @@ func abortQueued(tx *bolt.Tx, streamID uint64, now time.Time) ([]Record, error) 
 		if err := tx.Bucket(bucketOutbox).Delete(u64(s.Seq)); err != nil {
 			return nil, err
 		}
-		payload, err := json.Marshal(Settlement{SubmissionID: id, Outcome: OutcomeAborted, Error: s.Error})
+		payload, err := json.Marshal(record.Settlement{SubmissionID: id, Outcome: record.OutcomeAborted, Error: s.Error})
 		if err != nil {
 			return nil, err
 		}
-		settled = append(settled, EntryRecord(Entry{Type: EntrySettlement, SubmissionID: id, TurnID: s.TurnID, Payload: payload}))
+		settled = append(settled, record.EntryRecord(record.Entry{Type: record.EntrySettlement, SubmissionID: id, TurnID: s.TurnID, Payload: payload}))
 	}
 	return settled, deletePrefix(queue, u64(streamID))
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 
+	"github.com/convlog/convlog/log/record"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -18,7 +19,7 @@ type ScanCursor string
 // from cursor on, in stream order then admission order, and the cursor of
 // the next page. Recovery and sweeps page through a backlog with it instead
 // of loading it whole.
-func (db *DB) UnsettledPage(ctx context.Context, cursor ScanCursor, limit int) ([]Submission, ScanCursor, error) {
+func (db *DB) UnsettledPage(ctx context.Context, cursor ScanCursor, limit int) ([]record.Submission, ScanCursor, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, "", err
 	}
@@ -27,7 +28,7 @@ func (db *DB) UnsettledPage(ctx context.Context, cursor ScanCursor, limit int) (
 		return nil, "", fmt.Errorf("unsettled page: %w: cursor of %d bytes", ErrInvalidRecord, len(cursor))
 	}
 	limit = max(limit, 1)
-	var out []Submission
+	var out []record.Submission
 	var next ScanCursor
 	err = db.view(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketQueue).Cursor()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/convlog/convlog/log/record"
 	"github.com/oklog/ulid/v2"
 	bolt "go.etcd.io/bbolt"
 )
@@ -44,7 +45,7 @@ func decodeStreamMeta(b []byte) (streamMeta, error) {
 }
 
 // loadStream reads a stream's meta; ok is false when it does not exist.
-func loadStream(tx *bolt.Tx, key Key) (m streamMeta, ok bool, err error) {
+func loadStream(tx *bolt.Tx, key record.Key) (m streamMeta, ok bool, err error) {
 	v := tx.Bucket(bucketStreams).Get(encodeKey(key))
 	if v == nil {
 		return streamMeta{}, false, nil
@@ -62,7 +63,7 @@ func newStream(now time.Time) streamMeta {
 	return streamMeta{inc: ulid.Make(), created: now.UnixNano()}
 }
 
-func (m *streamMeta) store(tx *bolt.Tx, key Key) error {
+func (m *streamMeta) store(tx *bolt.Tx, key record.Key) error {
 	streams := tx.Bucket(bucketStreams)
 	if m.id == 0 {
 		id, err := streams.NextSequence()

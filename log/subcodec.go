@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/convlog/convlog/log/record"
 	"time"
 )
 
@@ -61,7 +62,7 @@ func decodeSubmission(v []byte, s *storedSubmission) error {
 		&s.AnsweredBySubmissionID, &s.UID, &s.Agent, &s.Instance, &s.Session} {
 		*f = d.string()
 	}
-	s.Offset, s.Status = Offset(offset), Status(status)
+	s.Offset, s.Status = record.Offset(offset), record.Status(status)
 	s.Seq = d.uvarint()
 	for _, t := range []*time.Time{&s.AdmittedAt, &s.StartedAt, &s.SettledAt} {
 		if n := d.varint(); n != 0 {
@@ -72,7 +73,7 @@ func decodeSubmission(v []byte, s *storedSubmission) error {
 	}
 	s.Error = nil
 	if d.byte() == 1 {
-		s.Error = &Failure{Code: d.string(), Message: d.string(), Retryable: d.byte() == 1}
+		s.Error = &record.Failure{Code: d.string(), Message: d.string(), Retryable: d.byte() == 1}
 	}
 	if d.bad || len(d.b) != 0 {
 		return fmt.Errorf("%w: %d bytes", errSubmissionFormat, len(v))

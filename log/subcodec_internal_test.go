@@ -3,6 +3,7 @@ package log
 import (
 	"encoding/json"
 	"errors"
+	"github.com/convlog/convlog/log/record"
 	"reflect"
 	"testing"
 	"time"
@@ -12,14 +13,14 @@ func subcodecSamples() []storedSubmission {
 	at := time.Date(2026, 12, 1, 22, 0, 0, 123456789, time.UTC)
 	return []storedSubmission{
 		{}, // every field zero
-		{Submission: Submission{ID: "sub_01", Offset: "0", Status: StatusAdmitted, EntryID: "01E", AdmittedAt: at, UID: "gen_1"},
+		{Submission: record.Submission{ID: "sub_01", Offset: "0", Status: record.StatusAdmitted, EntryID: "01E", AdmittedAt: at, UID: "gen_1"},
 			Agent: "echo", Instance: "i", Session: "default", Seq: 1},
-		{Submission: Submission{ID: "sub_02", Offset: "17", Status: StatusRunning, TurnID: "turn_1", AdmittedAt: at, StartedAt: at.Add(time.Millisecond)},
+		{Submission: record.Submission{ID: "sub_02", Offset: "17", Status: record.StatusRunning, TurnID: "turn_1", AdmittedAt: at, StartedAt: at.Add(time.Millisecond)},
 			Agent: "a", Instance: "ü ñ", Session: "s", Seq: 1 << 40},
-		{Submission: Submission{ID: "sub_03", Offset: "3", Status: StatusFailed, TurnID: "turn_2", AnsweredBySubmissionID: "sub_02",
-			Error:      &Failure{Code: "interrupted", Message: "the service stopped\nwhile it ran", Retryable: true},
+		{Submission: record.Submission{ID: "sub_03", Offset: "3", Status: record.StatusFailed, TurnID: "turn_2", AnsweredBySubmissionID: "sub_02",
+			Error:      &record.Failure{Code: "interrupted", Message: "the service stopped\nwhile it ran", Retryable: true},
 			AdmittedAt: at, StartedAt: at, SettledAt: at.Add(time.Hour)}, Agent: "a", Instance: "b", Session: "c", Seq: 3},
-		{Submission: Submission{ID: "sub_04", Status: StatusAborted, Error: &Failure{Message: "aborted"}, AdmittedAt: at}, Seq: 4},
+		{Submission: record.Submission{ID: "sub_04", Status: record.StatusAborted, Error: &record.Failure{Message: "aborted"}, AdmittedAt: at}, Seq: 4},
 	}
 }
 

@@ -1,9 +1,11 @@
 package log
 
+import "github.com/convlog/convlog/log/record"
+
 // storedSubmission is the bbolt form: the public fields plus the key and
 // sequence, which the wire form leaves out.
 type storedSubmission struct {
-	Submission
+	record.Submission
 	Agent    string `json:"agent"`
 	Instance string `json:"instance"`
 	Session  string `json:"session"`

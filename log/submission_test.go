@@ -9,21 +9,22 @@ import (
 	"time"
 
 	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 )
 
 func TestSubmissionLifecycle(t *testing.T) {
 	ctx := context.Background()
 	db := openTestDB(t, nil)
 
-	s1, replayed, err := db.Admit(ctx, clog.Admission{Key: testKey, Records: []clog.Record{userEntry("hi")}})
+	s1, replayed, err := db.Admit(ctx, clog.Admission{Key: testKey, Records: []record.Record{userEntry("hi")}})
 	if err != nil || replayed {
 		t.Fatalf("admit: %v %v", err, replayed)
 	}
-	s2, _, err := db.Admit(ctx, clog.Admission{Key: testKey, Records: []clog.Record{userEntry("again")}})
+	s2, _, err := db.Admit(ctx, clog.Admission{Key: testKey, Records: []record.Record{userEntry("again")}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s1.Status != clog.StatusAdmitted || s1.Offset != clog.Start || s2.Offset != "1" {
+	if s1.Status != record.StatusAdmitted || s1.Offset != record.Start || s2.Offset != "1" {
 		t.Fatalf("admitted %+v %+v", s1, s2)
 	}
 	// The user entry carries the submission id and is the first record at
@@ -62,29 +63,29 @@ func TestSubmissionLifecycle(t *testing.T) {
 	if _, err := db.Write(ctx, clog.Write{Key: testKey, Start: []string{s1.ID, s2.ID}, TurnID: "turn_1"}); err != nil {
 		t.Fatal(err)
 	}
-	if s, _ := db.Submission(ctx, s1.ID); s.Status != clog.StatusRunning || s.TurnID != "turn_1" || s.StartedAt.IsZero() {
+	if s, _ := db.Submission(ctx, s1.ID); s.Status != record.StatusRunning || s.TurnID != "turn_1" || s.StartedAt.IsZero() {
 		t.Fatalf("started %+v", s)
 	}
 	ap, err := db.Write(ctx, clog.Write{Key: testKey, TurnID: "turn_1",
-		Records: []clog.Record{userEntry("reply")},
-		Settle: []clog.Settlement{
-			{SubmissionID: s1.ID, Outcome: clog.OutcomeCompleted, AnsweredBySubmissionID: s2.ID},
-			{SubmissionID: s2.ID, Outcome: clog.OutcomeCompleted},
+		Records: []record.Record{userEntry("reply")},
+		Settle: []record.Settlement{
+			{SubmissionID: s1.ID, Outcome: record.OutcomeCompleted, AnsweredBySubmissionID: s2.ID},
+			{SubmissionID: s2.ID, Outcome: record.OutcomeCompleted},
 		}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ap.Records) != 3 || ap.Records[1].Entry.Type != clog.EntrySettlement || ap.Records[2].Entry.SubmissionID != s2.ID {
+	if len(ap.Records) != 3 || ap.Records[1].Entry.Type != record.EntrySettlement || ap.Records[2].Entry.SubmissionID != s2.ID {
 		t.Fatalf("settle batch %+v", ap.Records)
 	}
 	got, _ := db.Submission(ctx, s1.ID)
-	if got.Status != clog.StatusCompleted || got.AnsweredBySubmissionID != s2.ID || got.SettledAt.IsZero() {
+	if got.Status != record.StatusCompleted || got.AnsweredBySubmissionID != s2.ID || got.SettledAt.IsZero() {
 		t.Fatalf("settled %+v", got)
 	}
 	if p, _ := db.Pending(ctx, testKey); len(p) != 0 {
 		t.Fatalf("pending after settle: %v", p)
 	}
-	_, err = db.Write(ctx, clog.Write{Key: testKey, Settle: []clog.Settlement{{SubmissionID: s1.ID, Outcome: clog.OutcomeAborted}}})
+	_, err = db.Write(ctx, clog.Write{Key: testKey, Settle: []record.Settlement{{SubmissionID: s1.ID, Outcome: record.OutcomeAborted}}})
 	if !errors.Is(err, clog.ErrSubmissionSettled) {
 		t.Fatalf("settle twice: %v", err)
 	}
@@ -93,31 +94,31 @@ func TestSubmissionLifecycle(t *testing.T) {
 func TestWriteRefusals(t *testing.T) {
 	ctx := context.Background()
 	db := openTestDB(t, nil)
-	sub, _, err := db.Admit(ctx, clog.Admission{Key: testKey, Records: []clog.Record{userEntry("x")}})
+	sub, _, err := db.Admit(ctx, clog.Admission{Key: testKey, Records: []record.Record{userEntry("x")}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	other := clog.Key{Agent: "echo", Instance: "i1", Session: "other"}
+	other := record.Key{Agent: "echo", Instance: "i1", Session: "other"}
 	if _, err := db.Append(ctx, other, userEntry("y")); err != nil {
 		t.Fatal(err)
 	}
-	bad := clog.Key{Agent: "echo", Instance: "../etc", Session: "default"}
+	bad := record.Key{Agent: "echo", Instance: "../etc", Session: "default"}
 	cases := []struct {
 		name string
 		w    clog.Write
 		want error
 	}{
-		{"invalid name", clog.Write{Key: bad, Records: []clog.Record{userEntry("x")}}, clog.ErrInvalidName},
+		{"invalid name", clog.Write{Key: bad, Records: []record.Record{userEntry("x")}}, clog.ErrInvalidName},
 		{"empty write", clog.Write{Key: testKey}, clog.ErrInvalidRecord},
-		{"unknown kind", clog.Write{Key: testKey, Records: []clog.Record{{Kind: "bogus"}}}, clog.ErrInvalidRecord},
-		{"entry without type", clog.Write{Key: testKey, Records: []clog.Record{clog.EntryRecord(clog.Entry{})}}, clog.ErrInvalidRecord},
-		{"bad payload", clog.Write{Key: testKey, Records: []clog.Record{clog.EntryRecord(clog.Entry{Type: "x", Payload: []byte("{")})}}, clog.ErrInvalidRecord},
-		{"unknown parent", clog.Write{Key: testKey, Records: []clog.Record{clog.EntryRecord(clog.Entry{Type: "x", ParentID: "nope"})}}, clog.ErrUnknownEntry},
-		{"unknown rewind", clog.Write{Key: testKey, Records: []clog.Record{clog.TruncatedRecord("nope", "r")}}, clog.ErrUnknownEntry},
-		{"duplicate id", clog.Write{Key: testKey, Records: []clog.Record{clog.EntryRecord(clog.Entry{ID: sub.EntryID, Type: "x"})}}, clog.ErrDuplicateEntry},
+		{"unknown kind", clog.Write{Key: testKey, Records: []record.Record{{Kind: "bogus"}}}, clog.ErrInvalidRecord},
+		{"entry without type", clog.Write{Key: testKey, Records: []record.Record{record.EntryRecord(record.Entry{})}}, clog.ErrInvalidRecord},
+		{"bad payload", clog.Write{Key: testKey, Records: []record.Record{record.EntryRecord(record.Entry{Type: "x", Payload: []byte("{")})}}, clog.ErrInvalidRecord},
+		{"unknown parent", clog.Write{Key: testKey, Records: []record.Record{record.EntryRecord(record.Entry{Type: "x", ParentID: "nope"})}}, clog.ErrUnknownEntry},
+		{"unknown rewind", clog.Write{Key: testKey, Records: []record.Record{record.TruncatedRecord("nope", "r")}}, clog.ErrUnknownEntry},
+		{"duplicate id", clog.Write{Key: testKey, Records: []record.Record{record.EntryRecord(record.Entry{ID: sub.EntryID, Type: "x"})}}, clog.ErrDuplicateEntry},
 		{"start unknown", clog.Write{Key: testKey, Start: []string{"sub_nope"}}, clog.ErrSubmissionNotFound},
 		{"start other stream", clog.Write{Key: other, Start: []string{sub.ID}}, clog.ErrSubmissionState},
-		{"bad outcome", clog.Write{Key: testKey, Settle: []clog.Settlement{{SubmissionID: sub.ID, Outcome: "meh"}}}, clog.ErrInvalidRecord},
+		{"bad outcome", clog.Write{Key: testKey, Settle: []record.Settlement{{SubmissionID: sub.ID, Outcome: "meh"}}}, clog.ErrInvalidRecord},
 		{"named twice", clog.Write{Key: testKey, Start: []string{sub.ID, sub.ID}}, clog.ErrSubmissionState},
 	}
 	for _, tc := range cases {
@@ -128,11 +129,11 @@ func TestWriteRefusals(t *testing.T) {
 		})
 	}
 	// Refusals wrote nothing: the stream still holds its one batch.
-	res, err := db.Read(ctx, testKey, clog.Start, 0)
+	res, err := db.Read(ctx, testKey, record.Start, 0)
 	if err != nil || len(res.Batches) != 1 || res.NextOffset != "1" {
 		t.Fatalf("after refusals: %+v %v", res, err)
 	}
-	if s, _ := db.Submission(ctx, sub.ID); s.Status != clog.StatusAdmitted {
+	if s, _ := db.Submission(ctx, sub.ID); s.Status != record.StatusAdmitted {
 		t.Fatalf("submission changed: %+v", s)
 	}
 }
@@ -148,7 +149,7 @@ func TestRefusalInSharedCommit(t *testing.T) {
 		go func() {
 			rec := userEntry("ok")
 			if i%3 == 0 {
-				rec = clog.Record{Kind: "bogus"}
+				rec = record.Record{Kind: "bogus"}
 			}
 			_, err := db.Append(ctx, testKey, rec)
 			errs <- err
@@ -164,7 +165,7 @@ func TestRefusalInSharedCommit(t *testing.T) {
 		}
 	}
 	_, tail, _ := db.Tail(ctx, testKey)
-	if bad != (n+2)/3 || tail != clog.Offset(itoa(n-bad)) {
+	if bad != (n+2)/3 || tail != record.Offset(itoa(n-bad)) {
 		t.Fatalf("bad=%d tail=%s", bad, tail)
 	}
 	commits, writes := db.CommitStats()
@@ -176,7 +177,7 @@ func TestIdempotency(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
 	db := openTestDB(t, &clog.Options{Now: clock, IdempotencyTTL: time.Hour})
-	adm := clog.Admission{Key: testKey, Records: []clog.Record{userEntry("x")}, IdempotencyKey: "k1", RequestHash: "h1"}
+	adm := clog.Admission{Key: testKey, Records: []record.Record{userEntry("x")}, IdempotencyKey: "k1", RequestHash: "h1"}
 
 	first, replayed, err := db.Admit(ctx, adm)
 	if err != nil || replayed {
@@ -215,7 +216,7 @@ func itoa(n int) string { return strconv.Itoa(n) }
 func TestRejectIfBusy(t *testing.T) {
 	ctx := context.Background()
 	db := openTestDB(t, nil)
-	busy := clog.Admission{Key: testKey, Records: []clog.Record{userEntry("x")}, RejectIfBusy: true, IdempotencyKey: "k", RequestHash: "h"}
+	busy := clog.Admission{Key: testKey, Records: []record.Record{userEntry("x")}, RejectIfBusy: true, IdempotencyKey: "k", RequestHash: "h"}
 	first, _, err := db.Admit(ctx, busy)
 	if err != nil {
 		t.Fatal(err)
@@ -230,7 +231,7 @@ func TestRejectIfBusy(t *testing.T) {
 	if _, _, err := db.Admit(ctx, other); !errors.Is(err, clog.ErrSessionBusy) {
 		t.Fatalf("busy: %v", err)
 	}
-	if _, err := db.Write(ctx, clog.Write{Key: testKey, Settle: []clog.Settlement{{SubmissionID: first.ID, Outcome: clog.OutcomeCompleted}}}); err != nil {
+	if _, err := db.Write(ctx, clog.Write{Key: testKey, Settle: []record.Settlement{{SubmissionID: first.ID, Outcome: record.OutcomeCompleted}}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := db.Admit(ctx, other); err != nil {
@@ -242,16 +243,16 @@ func TestAdmitStartTurn(t *testing.T) {
 	ctx := context.Background()
 	db := openTestDB(t, nil)
 	// Idle session: admitted already running, in one commit.
-	first, _, err := db.Admit(ctx, clog.Admission{Key: testKey, Records: []clog.Record{userEntry("a")}, StartTurn: "turn_1"})
-	if err != nil || first.Status != clog.StatusRunning || first.TurnID != "turn_1" || first.StartedAt.IsZero() {
+	first, _, err := db.Admit(ctx, clog.Admission{Key: testKey, Records: []record.Record{userEntry("a")}, StartTurn: "turn_1"})
+	if err != nil || first.Status != record.StatusRunning || first.TurnID != "turn_1" || first.StartedAt.IsZero() {
 		t.Fatalf("idle: %+v %v", first, err)
 	}
 	// Busy session: admitted as usual.
-	second, _, err := db.Admit(ctx, clog.Admission{Key: testKey, Records: []clog.Record{userEntry("b")}, StartTurn: "turn_2"})
-	if err != nil || second.Status != clog.StatusAdmitted || second.TurnID != "" {
+	second, _, err := db.Admit(ctx, clog.Admission{Key: testKey, Records: []record.Record{userEntry("b")}, StartTurn: "turn_2"})
+	if err != nil || second.Status != record.StatusAdmitted || second.TurnID != "" {
 		t.Fatalf("busy: %+v %v", second, err)
 	}
-	if p, _ := db.Pending(ctx, testKey); len(p) != 2 || p[0].Status != clog.StatusRunning {
+	if p, _ := db.Pending(ctx, testKey); len(p) != 2 || p[0].Status != record.StatusRunning {
 		t.Fatalf("pending %+v", p)
 	}
 }
@@ -261,8 +262,8 @@ func TestUnsettledPages(t *testing.T) {
 	ctx := context.Background()
 	var want []string
 	for i := range 7 {
-		k := clog.Key{Agent: "a", Instance: "i", Session: "s" + strconv.Itoa(i%3)}
-		s, _, err := db.Admit(ctx, clog.Admission{Key: k, Records: []clog.Record{userEntry("x")}})
+		k := record.Key{Agent: "a", Instance: "i", Session: "s" + strconv.Itoa(i%3)}
+		s, _, err := db.Admit(ctx, clog.Admission{Key: k, Records: []record.Record{userEntry("x")}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -313,7 +314,7 @@ func TestSettlementEntryNamesTheStartingTurn(t *testing.T) {
 	cases := []struct{ name, settleTurn string }{{"same turn", "turn_a"}, {"other turn", "turn_b"}, {"no turn", ""}}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			sub, _, err := db.Admit(ctx, clog.Admission{Key: testKey, Records: []clog.Record{userEntry("x")}})
+			sub, _, err := db.Admit(ctx, clog.Admission{Key: testKey, Records: []record.Record{userEntry("x")}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -321,7 +322,7 @@ func TestSettlementEntryNamesTheStartingTurn(t *testing.T) {
 				t.Fatal(err)
 			}
 			ap, err := db.Write(ctx, clog.Write{Key: testKey, TurnID: c.settleTurn,
-				Settle: []clog.Settlement{{SubmissionID: sub.ID, Outcome: clog.OutcomeFailed, Error: &clog.Failure{Code: "x", Message: "m"}}}})
+				Settle: []record.Settlement{{SubmissionID: sub.ID, Outcome: record.OutcomeFailed, Error: &record.Failure{Code: "x", Message: "m"}}}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -334,14 +335,14 @@ func TestSettlementEntryNamesTheStartingTurn(t *testing.T) {
 				t.Fatal(err)
 			}
 			e := recs[0].Entry
-			if e.Type != clog.EntrySettlement || e.TurnID != "turn_a" || e.SubmissionID != sub.ID || e.ID == "" || e.Timestamp.IsZero() {
+			if e.Type != record.EntrySettlement || e.TurnID != "turn_a" || e.SubmissionID != sub.ID || e.ID == "" || e.Timestamp.IsZero() {
 				t.Fatalf("settlement entry %+v", e)
 			}
 			if e.ParentID != ap.Records[0].Entry.ParentID || e.ID != ap.Records[0].Entry.ID {
 				t.Fatalf("stored %+v, returned %+v", e, ap.Records[0].Entry)
 			}
-			var st clog.Settlement
-			if err := json.Unmarshal(e.Payload, &st); err != nil || st.SubmissionID != sub.ID || st.Outcome != clog.OutcomeFailed || st.Error == nil || st.Error.Code != "x" {
+			var st record.Settlement
+			if err := json.Unmarshal(e.Payload, &st); err != nil || st.SubmissionID != sub.ID || st.Outcome != record.OutcomeFailed || st.Error == nil || st.Error.Code != "x" {
 				t.Fatalf("payload %s: %+v %v", e.Payload, st, err)
 			}
 		})

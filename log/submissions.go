@@ -23,7 +23,7 @@ func getSubmission(tx *bolt.Tx, id string) (*storedSubmission, error) {
 	if err := decodeSubmission(v, &s); err != nil {
 		return nil, fmt.Errorf("submission %s: %w", id, err)
 	}
-	s.Key = Key{Agent: s.Agent, Instance: s.Instance, Session: s.Session}
+	s.Key = record.Key{Agent: s.Agent, Instance: s.Instance, Session: s.Session}
 	return &s, nil
 }
 
@@ -33,9 +33,9 @@ func putSubmission(tx *bolt.Tx, s *storedSubmission) error {
 }
 
 // Submission returns the submission with that id.
-func (db *DB) Submission(ctx context.Context, id string) (Submission, error) {
+func (db *DB) Submission(ctx context.Context, id string) (record.Submission, error) {
 	if err := ctx.Err(); err != nil {
-		return Submission{}, err
+		return record.Submission{}, err
 	}
 	var s *storedSubmission
 	err := db.view(func(tx *bolt.Tx) (err error) {
@@ -43,32 +43,32 @@ func (db *DB) Submission(ctx context.Context, id string) (Submission, error) {
 		return err
 	})
 	if err != nil {
-		return Submission{}, err
+		return record.Submission{}, err
 	}
 	return s.Submission, nil
 }
 
 // Pending returns the stream's unsettled submissions (admitted or running)
 // in admission order.
-func (db *DB) Pending(ctx context.Context, key Key) ([]Submission, error) {
+func (db *DB) Pending(ctx context.Context, key record.Key) ([]record.Submission, error) {
 	return db.pending(ctx, key, math.MaxInt)
 }
 
 // PendingFirst returns the stream's first limit unsettled submissions
 // (admitted or running) in admission order: what a turn may take, without
 // loading a backlog of any size.
-func (db *DB) PendingFirst(ctx context.Context, key Key, limit int) ([]Submission, error) {
+func (db *DB) PendingFirst(ctx context.Context, key record.Key, limit int) ([]record.Submission, error) {
 	if limit <= 0 {
 		return nil, fmt.Errorf("pending %s: %w: limit %d", key, ErrInvalidRecord, limit)
 	}
 	return db.pending(ctx, key, limit)
 }
 
-func (db *DB) pending(ctx context.Context, key Key, limit int) ([]Submission, error) {
+func (db *DB) pending(ctx context.Context, key record.Key, limit int) ([]record.Submission, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	var out []Submission
+	var out []record.Submission
 	err := db.view(func(tx *bolt.Tx) (err error) {
 		meta, ok, err := loadStream(tx, key)
 		if err != nil || !ok {
@@ -85,21 +85,21 @@ func (db *DB) pending(ctx context.Context, key Key, limit int) ([]Submission, er
 
 // Unsettled returns up to limit unsettled submissions of all streams, in
 // stream order then admission order. Recovery after a crash walks it.
-func (db *DB) Unsettled(ctx context.Context, limit int) ([]Submission, error) {
+func (db *DB) Unsettled(ctx context.Context, limit int) ([]record.Submission, error) {
 	return db.scanIDs(ctx, bucketQueue, limit)
 }
 
 // Unpublished returns up to limit admitted submissions that have not been
 // marked published, oldest first: the outbox a relay drains.
-func (db *DB) Unpublished(ctx context.Context, limit int) ([]Submission, error) {
+func (db *DB) Unpublished(ctx context.Context, limit int) ([]record.Submission, error) {
 	return db.scanIDs(ctx, bucketOutbox, limit)
 }
 
-func (db *DB) scanIDs(ctx context.Context, bucket []byte, limit int) ([]Submission, error) {
+func (db *DB) scanIDs(ctx context.Context, bucket []byte, limit int) ([]record.Submission, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	var out []Submission
+	var out []record.Submission
 	err := db.view(func(tx *bolt.Tx) (err error) {
 		out, err = submissionsUnder(tx, bucket, nil, limit)
 		return err
@@ -112,8 +112,8 @@ func (db *DB) scanIDs(ctx context.Context, bucket []byte, limit int) ([]Submissi
 
 // submissionsUnder loads up to limit submissions whose ids are the values
 // of bucket's keys starting with prefix, in key order.
-func submissionsUnder(tx *bolt.Tx, bucket, prefix []byte, limit int) ([]Submission, error) {
-	var out []Submission
+func submissionsUnder(tx *bolt.Tx, bucket, prefix []byte, limit int) ([]record.Submission, error) {
+	var out []record.Submission
 	c := tx.Bucket(bucket).Cursor()
 	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix) && len(out) < limit; k, v = c.Next() {
 		s, err := getSubmission(tx, string(v))

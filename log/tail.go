@@ -2,6 +2,7 @@ package log
 
 import (
 	"encoding/binary"
+	"github.com/convlog/convlog/log/record"
 	"sort"
 	"sync"
 )
@@ -29,7 +30,7 @@ const (
 type tail struct {
 	refs    int
 	valid   bool
-	inc     Incarnation
+	inc     record.Incarnation
 	next    uint64 // the stream's tail position
 	batches []cachedBatch
 	bytes   int
@@ -37,7 +38,7 @@ type tail struct {
 
 type cachedBatch struct {
 	pos, count uint64
-	records    RawRecords // shared, never modified
+	records    record.RawRecords // shared, never modified
 }
 
 // commitNotes collects, inside a write transaction, what the tail cache
@@ -48,7 +49,7 @@ type commitNotes struct {
 
 type noteEvent struct {
 	key   string
-	inc   Incarnation
+	inc   record.Incarnation
 	reset bool
 	gone  bool // the stream was removed (its instance deleted)
 	batch cachedBatch
@@ -65,11 +66,11 @@ func (n *commitNotes) batch(p *batchPlan) {
 	})
 }
 
-func (n *commitNotes) reset(key Key, m streamMeta) {
+func (n *commitNotes) reset(key record.Key, m streamMeta) {
 	n.events = append(n.events, noteEvent{key: string(encodeKey(key)), inc: incarnationOf(m.inc), reset: true, next: m.next})
 }
 
-func (n *commitNotes) gone(key Key) {
+func (n *commitNotes) gone(key record.Key) {
 	n.events = append(n.events, noteEvent{key: string(encodeKey(key)), gone: true})
 }
 
@@ -147,22 +148,22 @@ func (t *tails) invalidate(n *commitNotes) {
 
 // read answers a Read from the cache, if it can exactly.
 // A subscriber that holds the entry passes it as e, sparing the lookup.
-func (t *tails) read(k string, e *tail, pos uint64, limit, maxBytes int) (ReadResult, bool) {
+func (t *tails) read(k string, e *tail, pos uint64, limit, maxBytes int) (record.ReadResult, bool) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	if e == nil {
 		e = t.m[k]
 	}
 	if e == nil || !e.valid {
-		return ReadResult{}, false
+		return record.ReadResult{}, false
 	}
-	res := ReadResult{Incarnation: e.inc, Batches: []Batch{}, NextOffset: offsetOf(pos), UpToDate: true}
+	res := record.ReadResult{Incarnation: e.inc, Batches: []record.Batch{}, NextOffset: record.OffsetOf(pos), UpToDate: true}
 	if pos == e.next {
 		return res, true
 	}
 	i := sort.Search(len(e.batches), func(i int) bool { return e.batches[i].pos >= pos })
 	if i == len(e.batches) || e.batches[i].pos != pos {
-		return ReadResult{}, false // older than the cache, or not a batch boundary
+		return record.ReadResult{}, false // older than the cache, or not a batch boundary
 	}
 	records, size := 0, 0
 	next := pos
@@ -170,19 +171,19 @@ func (t *tails) read(k string, e *tail, pos uint64, limit, maxBytes int) (ReadRe
 		if len(res.Batches) > 0 && (records+int(b.count) > limit || size+len(b.records) > maxBytes) {
 			break
 		}
-		res.Batches = append(res.Batches, Batch{Offset: offsetOf(b.pos), Count: int(b.count), Records: b.records})
+		res.Batches = append(res.Batches, record.Batch{Offset: record.OffsetOf(b.pos), Count: int(b.count), Records: b.records})
 		records += int(b.count)
 		size += len(b.records)
 		next = b.pos + b.count
 	}
-	res.NextOffset = offsetOf(next)
+	res.NextOffset = record.OffsetOf(next)
 	res.UpToDate = next == e.next
 	res.Remaining = e.next - next
 	return res, true
 }
 
 // tailOf answers Tail from the cache.
-func (t *tails) tailOf(k string) (Incarnation, uint64, bool) {
+func (t *tails) tailOf(k string) (record.Incarnation, uint64, bool) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	if e := t.m[k]; e != nil && e.valid {

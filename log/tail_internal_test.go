@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/convlog/convlog/log/record"
 	"pgregory.net/rapid"
 )
 
@@ -24,9 +25,9 @@ func TestTailCacheMatchesStore(t *testing.T) {
 		}
 		defer db.Close()
 		ctx := context.Background()
-		key := Key{Agent: "a", Instance: "i", Session: "s"}
-		var offsets []Offset // every offset produced, any incarnation
-		offsets = append(offsets, Start)
+		key := record.Key{Agent: "a", Instance: "i", Session: "s"}
+		var offsets []record.Offset // every offset produced, any incarnation
+		offsets = append(offsets, record.Start)
 		var releases []func()
 		defer func() {
 			for _, r := range releases {
@@ -49,9 +50,9 @@ func TestTailCacheMatchesStore(t *testing.T) {
 					rt.Fatal(err)
 				}
 			default:
-				recs := make([]Record, rapid.IntRange(1, 5).Draw(rt, "records"))
+				recs := make([]record.Record, rapid.IntRange(1, 5).Draw(rt, "records"))
 				for i := range recs {
-					recs[i] = EntryRecord(Entry{Type: "t", Payload: []byte(`{"x":1}`)})
+					recs[i] = record.EntryRecord(record.Entry{Type: "t", Payload: []byte(`{"x":1}`)})
 				}
 				a, err := db.Append(ctx, key, recs...)
 				if err != nil {
@@ -80,9 +81,9 @@ func TestTailCacheMatchesStore(t *testing.T) {
 }
 
 // normal makes results comparable: batches' bytes as strings.
-func normal(r ReadResult) any {
+func normal(r record.ReadResult) any {
 	type b struct {
-		Offset  Offset
+		Offset  record.Offset
 		Count   int
 		Records string
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/convlog/convlog/log/record"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -49,7 +50,7 @@ func turnCount(tx *bolt.Tx, meta streamMeta, exists, need bool) (n uint64, known
 			return 0, false, fmt.Errorf("turn count: %w", err)
 		}
 		for _, r := range recs {
-			if r.Entry != nil && r.Entry.Type == EntryUserMessage && r.Entry.SubmissionID != "" {
+			if r.Entry != nil && r.Entry.Type == record.EntryUserMessage && r.Entry.SubmissionID != "" {
 				n++
 			}
 		}
@@ -66,10 +67,10 @@ func checkTurnLimit(n uint64, max int) error {
 }
 
 // turnsIn is how many of recs count as turns.
-func turnsIn(recs []Record) uint64 {
+func turnsIn(recs []record.Record) uint64 {
 	var n uint64
 	for _, r := range recs {
-		if r.Kind == KindEntry && r.Entry != nil && r.Entry.Type == EntryUserMessage && r.Entry.SubmissionID != "" {
+		if r.Kind == record.KindEntry && r.Entry != nil && r.Entry.Type == record.EntryUserMessage && r.Entry.SubmissionID != "" {
 			n++
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 )
 
 // MaxTurns is checked in the admitting transaction: of many racing
@@ -17,9 +18,9 @@ import (
 func TestMaxTurnsInTheAdmittingTransaction(t *testing.T) {
 	ctx := context.Background()
 	db := openTestDB(t, nil)
-	key := clog.Key{Agent: "a", Instance: "i", Session: "s"}
+	key := record.Key{Agent: "a", Instance: "i", Session: "s"}
 	admit := func(max int) error {
-		_, _, err := db.Admit(ctx, clog.Admission{Key: key, Records: []clog.Record{userEntry("q")}, MaxTurns: max})
+		_, _, err := db.Admit(ctx, clog.Admission{Key: key, Records: []record.Record{userEntry("q")}, MaxTurns: max})
 		return err
 	}
 	// Two admitted without a limit: the first limited admission counts them.

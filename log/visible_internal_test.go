@@ -3,6 +3,7 @@ package log
 import (
 	"context"
 	"encoding/json"
+	"github.com/convlog/convlog/log/record"
 	"path/filepath"
 	"testing"
 	"time"
@@ -17,19 +18,19 @@ import (
 func TestStatusNeverAheadOfStream(t *testing.T) {
 	db, key := openWidened(t)
 	ctx := context.Background()
-	text := func(s string) Record {
-		p, _ := json.Marshal(MessagePayload{Parts: []Part{{Type: PartText, Text: s}}})
-		return EntryRecord(Entry{Type: EntryUserMessage, Payload: p})
+	text := func(s string) record.Record {
+		p, _ := json.Marshal(record.MessagePayload{Parts: []record.Part{{Type: record.PartText, Text: s}}})
+		return record.EntryRecord(record.Entry{Type: record.EntryUserMessage, Payload: p})
 	}
 	for i := range 20 {
-		sub, _, err := db.Admit(ctx, Admission{Key: key, Records: []Record{text("q")}})
+		sub, _, err := db.Admit(ctx, Admission{Key: key, Records: []record.Record{text("q")}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		done := make(chan error, 1)
 		go func() {
-			_, err := db.Write(ctx, Write{Key: key, Records: []Record{text("a")},
-				Settle: []Settlement{{SubmissionID: sub.ID, Outcome: OutcomeCompleted}}})
+			_, err := db.Write(ctx, Write{Key: key, Records: []record.Record{text("a")},
+				Settle: []record.Settlement{{SubmissionID: sub.ID, Outcome: record.OutcomeCompleted}}})
 			done <- err
 		}()
 		for {
@@ -41,12 +42,12 @@ func TestStatusNeverAheadOfStream(t *testing.T) {
 				break
 			}
 		}
-		res, err := db.Read(ctx, key, Start, 100000)
+		res, err := db.Read(ctx, key, record.Start, 100000)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !settledIn(t, res, sub.ID) {
-			t.Fatalf("round %d: %s is %s, but the stream (next %s) has no settlement for it", i, sub.ID, OutcomeCompleted, res.NextOffset)
+			t.Fatalf("round %d: %s is %s, but the stream (next %s) has no settlement for it", i, sub.ID, record.OutcomeCompleted, res.NextOffset)
 		}
 		if err := <-done; err != nil {
 			t.Fatal(err)
@@ -54,7 +55,7 @@ func TestStatusNeverAheadOfStream(t *testing.T) {
 	}
 }
 
-func settledIn(t *testing.T, res ReadResult, id string) bool {
+func settledIn(t *testing.T, res record.ReadResult, id string) bool {
 	t.Helper()
 	for _, b := range res.Batches {
 		recs, err := b.Records.Decode()
@@ -62,7 +63,7 @@ func settledIn(t *testing.T, res ReadResult, id string) bool {
 			t.Fatal(err)
 		}
 		for _, r := range recs {
-			if r.Entry != nil && r.Entry.Type == EntrySettlement && r.Entry.SubmissionID == id {
+			if r.Entry != nil && r.Entry.Type == record.EntrySettlement && r.Entry.SubmissionID == id {
 				return true
 			}
 		}
@@ -76,14 +77,14 @@ func settledIn(t *testing.T, res ReadResult, id string) bool {
 func TestPendingNeverAheadOfStream(t *testing.T) {
 	db, key := openWidened(t)
 	ctx := context.Background()
-	p, _ := json.Marshal(MessagePayload{Parts: []Part{{Type: PartText, Text: "q"}}})
+	p, _ := json.Marshal(record.MessagePayload{Parts: []record.Part{{Type: record.PartText, Text: "q"}}})
 	for i := range 20 {
 		done := make(chan error, 1)
 		go func() {
-			_, _, err := db.Admit(ctx, Admission{Key: key, Records: []Record{EntryRecord(Entry{Type: EntryUserMessage, Payload: p})}})
+			_, _, err := db.Admit(ctx, Admission{Key: key, Records: []record.Record{record.EntryRecord(record.Entry{Type: record.EntryUserMessage, Payload: p})}})
 			done <- err
 		}()
-		var sub Submission
+		var sub record.Submission
 		for sub.ID == "" {
 			subs, err := db.PendingFirst(ctx, key, 1)
 			if err != nil {
@@ -103,7 +104,7 @@ func TestPendingNeverAheadOfStream(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
-		if _, err := db.Write(ctx, Write{Key: key, Settle: []Settlement{{SubmissionID: sub.ID, Outcome: OutcomeCompleted}}}); err != nil {
+		if _, err := db.Write(ctx, Write{Key: key, Settle: []record.Settlement{{SubmissionID: sub.ID, Outcome: record.OutcomeCompleted}}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -112,14 +113,14 @@ func TestPendingNeverAheadOfStream(t *testing.T) {
 // openWidened opens a log whose committer pauses between bbolt's commit
 // and the tail cache's update, with a follower of key so that reads come
 // from the cache.
-func openWidened(t *testing.T) (*DB, Key) {
+func openWidened(t *testing.T) (*DB, record.Key) {
 	t.Helper()
 	db, err := Open(filepath.Join(t.TempDir(), "convlog.db"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	testHookCommitted = func() { time.Sleep(2 * time.Millisecond) }
-	key := Key{Agent: "a", Instance: "i", Session: "s"}
+	key := record.Key{Agent: "a", Instance: "i", Session: "s"}
 	_, release := db.Changed(key)
 	t.Cleanup(func() {
 		release()

@@ -3,6 +3,7 @@ package log
 import (
 	"context"
 	"fmt"
+	"github.com/convlog/convlog/log/record"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -102,7 +103,7 @@ func (s *waitSlot) fire() {
 // once (an SSE connection waits on records, deltas and its heartbeat).
 // Subscribe first, then read: a commit in between still closes the channel.
 // Call release when done with it, whether or not it fired.
-func (db *DB) Changed(key Key) (ch <-chan struct{}, release func()) {
+func (db *DB) Changed(key record.Key) (ch <-chan struct{}, release func()) {
 	k := string(encodeKey(key))
 	db.tails.subscribe(k)
 	ch, unsubscribe := db.notify.subscribe(k)
@@ -118,7 +119,7 @@ func (db *DB) Changed(key Key) (ch <-chan struct{}, release func()) {
 // validation and encoding. Close it when done; Close is safe to call twice.
 type Watch struct {
 	db    *DB
-	key   Key
+	key   record.Key
 	k     string
 	slot  *waitSlot
 	entry *tail
@@ -127,7 +128,7 @@ type Watch struct {
 }
 
 // Watch starts following key. An invalid key's error comes from Read.
-func (db *DB) Watch(key Key) *Watch {
+func (db *DB) Watch(key record.Key) *Watch {
 	k := string(encodeKey(key))
 	return &Watch{db: db, key: key, k: k, entry: db.tails.subscribe(k), slot: db.notify.slot(k), err: key.Validate()}
 }
@@ -141,9 +142,9 @@ func (w *Watch) Changed() <-chan struct{} { return w.slot.changed() }
 func (w *Watch) Waiters() int { return int(w.slot.refs.Load()) }
 
 // Read is DB.ReadBytes of the watched stream.
-func (w *Watch) Read(ctx context.Context, offset Offset, limit, maxBytes int) (ReadResult, error) {
+func (w *Watch) Read(ctx context.Context, offset record.Offset, limit, maxBytes int) (record.ReadResult, error) {
 	if w.err != nil {
-		return ReadResult{}, fmt.Errorf("read %s: %w", w.key, w.err)
+		return record.ReadResult{}, fmt.Errorf("read %s: %w", w.key, w.err)
 	}
 	return w.db.readBytes(ctx, w.key, w.k, w.entry, offset, limit, maxBytes)
 }
@@ -164,7 +165,7 @@ func (db *DB) Done() <-chan struct{} { return db.done }
 // stream that did not exist). It returns nil then, ctx.Err() when the
 // context ends, and ErrClosed when the log closes. It never polls and holds
 // no transaction while it waits.
-func (db *DB) Wait(ctx context.Context, key Key, offset Offset, inc Incarnation) error {
+func (db *DB) Wait(ctx context.Context, key record.Key, offset record.Offset, inc record.Incarnation) error {
 	if err := key.Validate(); err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 )
 
 func closed(ch <-chan struct{}) bool {
@@ -32,7 +33,7 @@ func TestWatchFollowsCommits(t *testing.T) {
 	if w.Waiters() != 1 {
 		t.Fatalf("waiters = %d, want 1", w.Waiters())
 	}
-	off := clog.Start
+	off := record.Start
 	for i := range 3 {
 		ch := w.Changed()
 		if closed(ch) {
@@ -68,9 +69,9 @@ func TestWatchFollowsCommits(t *testing.T) {
 // An invalid key is reported by Read, as by DB.Read.
 func TestWatchInvalidKey(t *testing.T) {
 	db := openTestDB(t, nil)
-	w := db.Watch(clog.Key{Agent: "a/b", Instance: "i", Session: "s"})
+	w := db.Watch(record.Key{Agent: "a/b", Instance: "i", Session: "s"})
 	defer w.Close()
-	if _, err := w.Read(context.Background(), clog.Start, 0, 0); !errors.Is(err, clog.ErrInvalidName) {
+	if _, err := w.Read(context.Background(), record.Start, 0, 0); !errors.Is(err, clog.ErrInvalidName) {
 		t.Fatalf("read of an invalid key: %v", err)
 	}
 }
@@ -150,7 +151,7 @@ func TestWakeDelayLosesNoWakeup(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			defer w.Close()
-			off, seen := clog.Start, 0
+			off, seen := record.Start, 0
 			for {
 				ch := w.Changed()
 				res, err := w.Read(ctx, off, 0, 0)

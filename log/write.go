@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/convlog/convlog/log/record"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -13,34 +14,34 @@ import (
 // status changes, committed in one transaction so the stream and the
 // submissions never disagree.
 type Write struct {
-	Key     Key
-	Records []Record
+	Key     record.Key
+	Records []record.Record
 	// Start moves these admitted submissions to running, as turn TurnID.
 	Start  []string
 	TurnID string
 	// Settle appends one settlement entry per element, after Records, and
 	// gives each submission its terminal status.
-	Settle []Settlement
+	Settle []record.Settlement
 	// Incarnation, when set, makes the write fail with
 	// ErrIncarnationChanged unless the stream still has it: a producer
 	// that began in one incarnation never writes into the next.
-	Incarnation Incarnation
+	Incarnation record.Incarnation
 }
 
 // Appended says where a write's batch went.
 type Appended struct {
-	Incarnation Incarnation
+	Incarnation record.Incarnation
 	// Offset is where the batch starts; empty when the write appended no
 	// records (a Start alone).
-	Offset     Offset
-	NextOffset Offset
+	Offset     record.Offset
+	NextOffset record.Offset
 	// Records are the records as stored: ids, parents, timestamps filled in.
-	Records []Record
+	Records []record.Record
 }
 
 // Append stores records as one batch at the stream's tail, creating the
 // stream if needed. It returns after the batch is on disk.
-func (db *DB) Append(ctx context.Context, key Key, records ...Record) (Appended, error) {
+func (db *DB) Append(ctx context.Context, key record.Key, records ...record.Record) (Appended, error) {
 	return db.Write(ctx, Write{Key: key, Records: records})
 }
 
@@ -74,7 +75,7 @@ func (db *DB) Write(ctx context.Context, w Write) (Appended, error) {
 // the entry itself.
 type settlementEntry struct {
 	turnID string
-	record Record
+	record record.Record
 	pre    *preEncoded
 }
 
@@ -93,7 +94,7 @@ func preEncodeSettlements(w Write) []*settlementEntry {
 		if err != nil {
 			continue
 		}
-		recs, pre := preEncode([]Record{settlementRecord(st, w.TurnID, payload)})
+		recs, pre := preEncode([]record.Record{settlementRecord(st, w.TurnID, payload)})
 		if pre[0] != nil {
 			out[i] = &settlementEntry{turnID: w.TurnID, record: recs[0], pre: pre[0]}
 		}
@@ -101,8 +102,8 @@ func preEncodeSettlements(w Write) []*settlementEntry {
 	return out
 }
 
-func settlementRecord(st Settlement, turnID string, payload []byte) Record {
-	return EntryRecord(Entry{Type: EntrySettlement, SubmissionID: st.SubmissionID, TurnID: turnID, Payload: payload})
+func settlementRecord(st record.Settlement, turnID string, payload []byte) record.Record {
+	return record.EntryRecord(record.Entry{Type: record.EntrySettlement, SubmissionID: st.SubmissionID, TurnID: turnID, Payload: payload})
 }
 
 func prepareWrite(tx *bolt.Tx, w Write, pre []*preEncoded, settles []*settlementEntry, now time.Time, notes *commitNotes, res *Appended) (func() error, []byte, error) {
@@ -142,15 +143,15 @@ func prepareWrite(tx *bolt.Tx, w Write, pre []*preEncoded, settles []*settlement
 		if err != nil {
 			return nil, nil, err
 		}
-		if s.Status != StatusAdmitted {
+		if s.Status != record.StatusAdmitted {
 			return nil, nil, fmt.Errorf("%w: %s is %s, not admitted", ErrSubmissionState, id, s.Status)
 		}
-		s.Status, s.StartedAt, s.TurnID = StatusRunning, now, w.TurnID
+		s.Status, s.StartedAt, s.TurnID = record.StatusRunning, now, w.TurnID
 	}
 	records := w.Records
 	settled := make([]*storedSubmission, 0, len(w.Settle))
 	if len(w.Settle) > 0 {
-		records = append(make([]Record, 0, len(w.Records)+len(w.Settle)), w.Records...)
+		records = append(make([]record.Record, 0, len(w.Records)+len(w.Settle)), w.Records...)
 		// pre gets one element per record: the settlements' made outside
 		// where they fit, nil (encoded here) where they do not.
 		pre = append(pre[:len(pre):len(pre)], make([]*preEncoded, len(w.Settle))...)
@@ -164,7 +165,7 @@ func prepareWrite(tx *bolt.Tx, w Write, pre []*preEncoded, settles []*settlement
 					return nil, nil, err
 				}
 			}
-			s.Status, s.SettledAt = Status(st.Outcome), now
+			s.Status, s.SettledAt = record.Status(st.Outcome), now
 			s.Error, s.AnsweredBySubmissionID = st.Error, st.AnsweredBySubmissionID
 			if s.TurnID == "" {
 				s.TurnID = w.TurnID
@@ -194,7 +195,7 @@ func prepareWrite(tx *bolt.Tx, w Write, pre []*preEncoded, settles []*settlement
 				return err
 			}
 			meta = plan.meta
-			res.Offset, res.Records = offsetOf(plan.pos), plan.records
+			res.Offset, res.Records = record.OffsetOf(plan.pos), plan.records
 			if turnsIn(plan.records) > 0 {
 				// User messages outside an admission: recounted when
 				// next needed.
@@ -203,7 +204,7 @@ func prepareWrite(tx *bolt.Tx, w Write, pre []*preEncoded, settles []*settlement
 				}
 			}
 		}
-		res.Incarnation, res.NextOffset = incarnationOf(meta.inc), offsetOf(meta.next)
+		res.Incarnation, res.NextOffset = incarnationOf(meta.inc), record.OffsetOf(meta.next)
 		for _, s := range subs {
 			if err := putSubmission(tx, s); err != nil {
 				return err

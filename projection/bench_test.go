@@ -4,16 +4,16 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/projection"
 )
 
 // benchConversation is n records of turns as an agent writes them: a user
 // message, a tool call, its result, an answer and a settlement.
-func benchConversation(n int) []log.Record {
-	records := make([]log.Record, 0, n)
+func benchConversation(n int) []record.Record {
+	records := make([]record.Record, 0, n)
 	leaf := ""
-	add := func(r log.Record) {
+	add := func(r record.Record) {
 		if len(records) < n {
 			records = append(records, r)
 			leaf = r.Entry.ID
@@ -22,10 +22,10 @@ func benchConversation(n int) []log.Record {
 	for turn := 0; len(records) < n; turn++ {
 		sub, call := fmt.Sprintf("sub_%d", turn), fmt.Sprintf("call_%d", turn)
 		add(withSub(user(fmt.Sprintf("u%d", turn), leaf, text("What's the weather in Paris today?")), sub, ""))
-		add(withSub(assistant(fmt.Sprintf("a%d", turn), leaf, log.Part{Type: log.PartReasoning, Text: "Need the forecast."}, toolCall(call, "weather", `{"city":"Paris"}`)), sub, "t"))
+		add(withSub(assistant(fmt.Sprintf("a%d", turn), leaf, record.Part{Type: record.PartReasoning, Text: "Need the forecast."}, toolCall(call, "weather", `{"city":"Paris"}`)), sub, "t"))
 		add(withSub(toolResult(fmt.Sprintf("r%d", turn), leaf, call, false, `{"tempC":21,"sky":"clear"}`), sub, "t"))
 		add(withSub(assistant(fmt.Sprintf("b%d", turn), leaf, text("It is 21°C and clear in Paris.")), sub, "t"))
-		add(withSub(settlement(fmt.Sprintf("s%d", turn), leaf, log.Settlement{SubmissionID: sub, Outcome: log.OutcomeCompleted}), sub, ""))
+		add(withSub(settlement(fmt.Sprintf("s%d", turn), leaf, record.Settlement{SubmissionID: sub, Outcome: record.OutcomeCompleted}), sub, ""))
 	}
 	return records
 }

@@ -5,7 +5,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/projection"
 )
 
@@ -39,7 +39,7 @@ func FuzzProject(f *testing.F) {
 	}
 
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var records []log.Record
+		var records []record.Record
 		if json.Unmarshal(data, &records) != nil {
 			t.Skip()
 		}
@@ -61,7 +61,7 @@ func FuzzProject(f *testing.F) {
 		}
 		entries := 0
 		for _, r := range records {
-			if r.Kind == log.KindEntry {
+			if r.Kind == record.KindEntry {
 				entries++
 			}
 		}

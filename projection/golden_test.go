@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/projection"
 )
 
@@ -17,21 +17,21 @@ var update = flag.Bool("update", false, "rewrite testdata/*.golden from the curr
 // goldenConversations are the views whose JSON is pinned: the wire shape is
 // a protocol clients build against, so any change to it must show up as a
 // diff in review.
-var goldenConversations = map[string][]log.Record{
+var goldenConversations = map[string][]record.Record{
 	"chat": {
-		withSub(entry("01J0U1", "", log.EntryUserMessage, log.MessagePayload{
-			Parts: []log.Part{
+		withSub(entry("01J0U1", "", record.EntryUserMessage, record.MessagePayload{
+			Parts: []record.Part{
 				text("What is in this picture?"),
-				{Type: log.PartFile, MediaType: "image/png", URL: "data:image/png;base64,iVBORw0KGgo=", Filename: "cat.png"},
+				{Type: record.PartFile, MediaType: "image/png", URL: "data:image/png;base64,iVBORw0KGgo=", Filename: "cat.png"},
 			},
 			Metadata: json.RawMessage(`{"client":"web"}`),
 		}), "sub_1", ""),
 		withSub(assistant("01J0A1", "01J0U1",
-			log.Part{Type: log.PartReasoning, Text: "The image shows an animal."},
+			record.Part{Type: record.PartReasoning, Text: "The image shows an animal."},
 			text("A cat sitting on a windowsill."),
-			log.Part{Type: log.PartData, Name: "confidence", Data: json.RawMessage(`{"score":0.93}`)},
+			record.Part{Type: record.PartData, Name: "confidence", Data: json.RawMessage(`{"score":0.93}`)},
 		), "sub_1", "turn_1"),
-		withSub(settlement("01J0S1", "01J0A1", log.Settlement{SubmissionID: "sub_1", Outcome: log.OutcomeCompleted}), "sub_1", ""),
+		withSub(settlement("01J0S1", "01J0A1", record.Settlement{SubmissionID: "sub_1", Outcome: record.OutcomeCompleted}), "sub_1", ""),
 	},
 	"tools": {
 		withSub(user("01J1U1", "", text("Find open issues and summarize them.")), "sub_1", ""),
@@ -43,28 +43,28 @@ var goldenConversations = map[string][]log.Record{
 		withSub(toolResult("01J1R1", "01J1A1", "call_1", false, `[{"id":7,"title":"Crash on save"}]`), "sub_1", "turn_1"),
 		withSub(toolResult("01J1R2", "01J1R1", "call_2", true, `"labels service unavailable"`), "sub_1", "turn_1"),
 		withSub(toolResult("01J1R3", "01J1R2", "call_404", false, `"orphan"`), "sub_1", "turn_1"),
-		withSub(entry("01J1D1", "01J1R3", log.EntryUserMessage, log.MessagePayload{
-			Purpose: log.PurposeDispatch, Display: log.DisplayHidden,
-			Parts: []log.Part{text("[ci] build 42 failed")},
+		withSub(entry("01J1D1", "01J1R3", record.EntryUserMessage, record.MessagePayload{
+			Purpose: record.PurposeDispatch, Display: record.DisplayHidden,
+			Parts: []record.Part{text("[ci] build 42 failed")},
 		}), "sub_2", ""),
-		withSub(entry("01J1V1", "01J1D1", log.EntryAssistantMessage, log.MessagePayload{
-			Purpose: log.PurposeAdvisory, Display: log.DisplayDiagnostic,
-			Parts: []log.Part{text("retrying with a smaller page size")},
+		withSub(entry("01J1V1", "01J1D1", record.EntryAssistantMessage, record.MessagePayload{
+			Purpose: record.PurposeAdvisory, Display: record.DisplayDiagnostic,
+			Parts: []record.Part{text("retrying with a smaller page size")},
 		}), "sub_1", "turn_1"),
 		withSub(assistant("01J1A2", "01J1V1", text("One open issue: #7, a crash on save.")), "sub_1", "turn_1"),
 		entry("01J1C1", "01J1A2", "custom_audit", `{"who":"bot"}`),
-		withSub(settlement("01J1S1", "01J1C1", log.Settlement{SubmissionID: "sub_2", Outcome: log.OutcomeCompleted, AnsweredBySubmissionID: "sub_1"}), "sub_2", ""),
-		withSub(settlement("01J1S2", "01J1S1", log.Settlement{SubmissionID: "sub_1", Outcome: log.OutcomeFailed, Error: &log.Failure{Code: "tool_error", Message: "labels service unavailable", Retryable: true}}), "sub_1", ""),
-		withSub(settlement("01J1S3", "01J1S2", log.Settlement{SubmissionID: "sub_1", Outcome: log.OutcomeCompleted}), "sub_1", ""),
+		withSub(settlement("01J1S1", "01J1C1", record.Settlement{SubmissionID: "sub_2", Outcome: record.OutcomeCompleted, AnsweredBySubmissionID: "sub_1"}), "sub_2", ""),
+		withSub(settlement("01J1S2", "01J1S1", record.Settlement{SubmissionID: "sub_1", Outcome: record.OutcomeFailed, Error: &record.Failure{Code: "tool_error", Message: "labels service unavailable", Retryable: true}}), "sub_1", ""),
+		withSub(settlement("01J1S3", "01J1S2", record.Settlement{SubmissionID: "sub_1", Outcome: record.OutcomeCompleted}), "sub_1", ""),
 	},
 	"branched": {
 		withSub(user("01J2U1", "", text("Write a haiku about rain.")), "sub_1", ""),
 		withSub(assistant("01J2A1", "01J2U1", text("Grey clouds gather slow")), "sub_1", "turn_1"),
-		withSub(settlement("01J2S1", "01J2A1", log.Settlement{SubmissionID: "sub_1", Outcome: log.OutcomeCompleted}), "sub_1", ""),
+		withSub(settlement("01J2S1", "01J2A1", record.Settlement{SubmissionID: "sub_1", Outcome: record.OutcomeCompleted}), "sub_1", ""),
 		// Regenerate: the first answer leaves the path, its settlement stays.
 		truncated("01J2U1"),
 		withSub(assistant("01J2A2", "01J2U1", text("Soft rain on the roof")), "sub_2", "turn_2"),
-		withSub(settlement("01J2S2", "01J2A2", log.Settlement{SubmissionID: "sub_2", Outcome: log.OutcomeAborted, Error: &log.Failure{Code: "cancelled", Message: "stopped by user"}}), "sub_2", ""),
+		withSub(settlement("01J2S2", "01J2A2", record.Settlement{SubmissionID: "sub_2", Outcome: record.OutcomeAborted, Error: &record.Failure{Code: "cancelled", Message: "stopped by user"}}), "sub_2", ""),
 		// Edit the question: an implicit branch from the start.
 		withSub(user("01J2U2", "", text("Write a haiku about snow.")), "sub_3", ""),
 		withSub(assistant("01J2A3", "01J2U2", toolCall("call_1", "thesaurus", `{"word":"snow"}`)), "sub_3", "turn_3"),

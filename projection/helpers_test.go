@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"time"
 
-	"github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 )
 
 // Builders for records as the engine stores them. Timestamps do not reach the
@@ -19,7 +19,7 @@ func mustJSON(v any) json.RawMessage {
 	return b
 }
 
-func entry(id, parent, typ string, payload any) log.Record {
+func entry(id, parent, typ string, payload any) record.Record {
 	var raw json.RawMessage
 	switch p := payload.(type) {
 	case string:
@@ -27,42 +27,42 @@ func entry(id, parent, typ string, payload any) log.Record {
 	default:
 		raw = mustJSON(p)
 	}
-	return log.EntryRecord(log.Entry{ID: id, ParentID: parent, Timestamp: t0, Type: typ, Payload: raw})
+	return record.EntryRecord(record.Entry{ID: id, ParentID: parent, Timestamp: t0, Type: typ, Payload: raw})
 }
 
-func withSub(r log.Record, submission, turn string) log.Record {
+func withSub(r record.Record, submission, turn string) record.Record {
 	r.Entry.SubmissionID, r.Entry.TurnID = submission, turn
 	return r
 }
 
-func user(id, parent string, parts ...log.Part) log.Record {
-	return entry(id, parent, log.EntryUserMessage, log.MessagePayload{Parts: parts})
+func user(id, parent string, parts ...record.Part) record.Record {
+	return entry(id, parent, record.EntryUserMessage, record.MessagePayload{Parts: parts})
 }
 
-func assistant(id, parent string, parts ...log.Part) log.Record {
-	return entry(id, parent, log.EntryAssistantMessage, log.MessagePayload{Parts: parts})
+func assistant(id, parent string, parts ...record.Part) record.Record {
+	return entry(id, parent, record.EntryAssistantMessage, record.MessagePayload{Parts: parts})
 }
 
-func toolResult(id, parent, callID string, isError bool, output string) log.Record {
-	return entry(id, parent, log.EntryToolResult, log.ToolResultPayload{ToolCallID: callID, IsError: isError, Output: json.RawMessage(output)})
+func toolResult(id, parent, callID string, isError bool, output string) record.Record {
+	return entry(id, parent, record.EntryToolResult, record.ToolResultPayload{ToolCallID: callID, IsError: isError, Output: json.RawMessage(output)})
 }
 
-func settlement(id, parent string, s log.Settlement) log.Record {
-	return entry(id, parent, log.EntrySettlement, s)
+func settlement(id, parent string, s record.Settlement) record.Record {
+	return entry(id, parent, record.EntrySettlement, s)
 }
 
-func text(s string) log.Part { return log.Part{Type: log.PartText, Text: s} }
+func text(s string) record.Part { return record.Part{Type: record.PartText, Text: s} }
 
-func toolCall(id, name, input string) log.Part {
-	return log.Part{Type: log.PartToolCall, ToolCallID: id, ToolName: name, Input: json.RawMessage(input)}
+func toolCall(id, name, input string) record.Part {
+	return record.Part{Type: record.PartToolCall, ToolCallID: id, ToolName: name, Input: json.RawMessage(input)}
 }
 
-func truncated(rewoundTo string) log.Record { return log.TruncatedRecord(rewoundTo, "test") }
+func truncated(rewoundTo string) record.Record { return record.TruncatedRecord(rewoundTo, "test") }
 
-func entryRecords(entries []log.Entry) []log.Record {
-	out := make([]log.Record, len(entries))
+func entryRecords(entries []record.Entry) []record.Record {
+	out := make([]record.Record, len(entries))
 	for i, e := range entries {
-		out[i] = log.EntryRecord(e)
+		out[i] = record.EntryRecord(e)
 	}
 	return out
 }

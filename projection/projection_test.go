@@ -5,23 +5,23 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/projection"
 )
 
 // Builders for expected views.
 func msg(id, role string, parts ...projection.Part) projection.Message {
-	purpose := log.PurposeUser
+	purpose := record.PurposeUser
 	if role == projection.RoleAssistant {
-		purpose = log.PurposeAssistant
+		purpose = record.PurposeAssistant
 	}
 	if parts == nil {
 		parts = []projection.Part{}
 	}
-	return projection.Message{ID: id, Role: role, Purpose: purpose, Display: log.DisplayVisible, Parts: parts}
+	return projection.Message{ID: id, Role: role, Purpose: purpose, Display: record.DisplayVisible, Parts: parts}
 }
 
-func pText(s string) projection.Part { return projection.Part{Type: log.PartText, Text: s} }
+func pText(s string) projection.Part { return projection.Part{Type: record.PartText, Text: s} }
 
 func pTool(id, name, input string) projection.Part {
 	return projection.Part{Type: projection.PartTool, ToolCallID: id, ToolName: name, State: projection.StateInputAvailable, Input: json.RawMessage(input)}
@@ -41,84 +41,84 @@ func view(msgs ...projection.Message) projection.View {
 	if msgs == nil {
 		msgs = []projection.Message{}
 	}
-	return projection.View{Messages: msgs, Settlements: []log.Settlement{}}
+	return projection.View{Messages: msgs, Settlements: []record.Settlement{}}
 }
 
-func (c ruleCase) withSettlements(s ...log.Settlement) ruleCase {
+func (c ruleCase) withSettlements(s ...record.Settlement) ruleCase {
 	c.want.Settlements = s
 	return c
 }
 
 type ruleCase struct {
 	name    string
-	records []log.Record
+	records []record.Record
 	want    projection.View
 }
 
 func TestProjectRules(t *testing.T) {
 	call := pTool("c1", "search", `{"q":"x"}`)
-	done := log.Settlement{SubmissionID: "s1", Outcome: log.OutcomeCompleted}
-	failed := log.Settlement{SubmissionID: "s1", Outcome: log.OutcomeFailed, Error: &log.Failure{Message: "boom"}}
+	done := record.Settlement{SubmissionID: "s1", Outcome: record.OutcomeCompleted}
+	failed := record.Settlement{SubmissionID: "s1", Outcome: record.OutcomeFailed, Error: &record.Failure{Message: "boom"}}
 
 	cases := []ruleCase{
 		{name: "empty", want: view()},
 		{
 			name:    "user message",
-			records: []log.Record{user("u1", "", text("hi"))},
+			records: []record.Record{user("u1", "", text("hi"))},
 			want:    view(msg("u1", projection.RoleUser, pText("hi"))),
 		},
 		{
 			name: "assistant message with reasoning",
-			records: []log.Record{
+			records: []record.Record{
 				user("u1", "", text("hi")),
-				assistant("a1", "u1", log.Part{Type: log.PartReasoning, Text: "think"}, text("hello")),
+				assistant("a1", "u1", record.Part{Type: record.PartReasoning, Text: "think"}, text("hello")),
 			},
 			want: view(
 				msg("u1", projection.RoleUser, pText("hi")),
-				msg("a1", projection.RoleAssistant, projection.Part{Type: log.PartReasoning, Text: "think"}, pText("hello")),
+				msg("a1", projection.RoleAssistant, projection.Part{Type: record.PartReasoning, Text: "think"}, pText("hello")),
 			),
 		},
 		{
 			name: "purpose and display from payload",
-			records: []log.Record{
-				entry("u1", "", log.EntryUserMessage, log.MessagePayload{Purpose: log.PurposeDispatch, Display: log.DisplayHidden, Parts: []log.Part{text("sig")}}),
-				entry("a1", "u1", log.EntryAssistantMessage, log.MessagePayload{Purpose: log.PurposeAdvisory, Display: log.DisplayDiagnostic}),
+			records: []record.Record{
+				entry("u1", "", record.EntryUserMessage, record.MessagePayload{Purpose: record.PurposeDispatch, Display: record.DisplayHidden, Parts: []record.Part{text("sig")}}),
+				entry("a1", "u1", record.EntryAssistantMessage, record.MessagePayload{Purpose: record.PurposeAdvisory, Display: record.DisplayDiagnostic}),
 			},
 			want: view(
-				projection.Message{ID: "u1", Role: projection.RoleUser, Purpose: log.PurposeDispatch, Display: log.DisplayHidden, Parts: []projection.Part{pText("sig")}},
-				projection.Message{ID: "a1", Role: projection.RoleAssistant, Purpose: log.PurposeAdvisory, Display: log.DisplayDiagnostic, Parts: []projection.Part{}},
+				projection.Message{ID: "u1", Role: projection.RoleUser, Purpose: record.PurposeDispatch, Display: record.DisplayHidden, Parts: []projection.Part{pText("sig")}},
+				projection.Message{ID: "a1", Role: projection.RoleAssistant, Purpose: record.PurposeAdvisory, Display: record.DisplayDiagnostic, Parts: []projection.Part{}},
 			),
 		},
 		{
 			name: "submission, turn and metadata",
-			records: []log.Record{
-				withSub(entry("u1", "", log.EntryUserMessage, `{"parts":[],"metadata":{"k":1}}`), "s1", "t1"),
-				withSub(entry("a1", "u1", log.EntryAssistantMessage, `{"parts":null,"metadata":null}`), "s1", "t1"),
+			records: []record.Record{
+				withSub(entry("u1", "", record.EntryUserMessage, `{"parts":[],"metadata":{"k":1}}`), "s1", "t1"),
+				withSub(entry("a1", "u1", record.EntryAssistantMessage, `{"parts":null,"metadata":null}`), "s1", "t1"),
 			},
 			want: view(
-				projection.Message{ID: "u1", Role: projection.RoleUser, Purpose: log.PurposeUser, Display: log.DisplayVisible, SubmissionID: "s1", TurnID: "t1", Metadata: json.RawMessage(`{"k":1}`), Parts: []projection.Part{}},
-				projection.Message{ID: "a1", Role: projection.RoleAssistant, Purpose: log.PurposeAssistant, Display: log.DisplayVisible, SubmissionID: "s1", TurnID: "t1", Parts: []projection.Part{}},
+				projection.Message{ID: "u1", Role: projection.RoleUser, Purpose: record.PurposeUser, Display: record.DisplayVisible, SubmissionID: "s1", TurnID: "t1", Metadata: json.RawMessage(`{"k":1}`), Parts: []projection.Part{}},
+				projection.Message{ID: "a1", Role: projection.RoleAssistant, Purpose: record.PurposeAssistant, Display: record.DisplayVisible, SubmissionID: "s1", TurnID: "t1", Parts: []projection.Part{}},
 			),
 		},
 		{
 			name: "file and data parts",
-			records: []log.Record{user("u1", "",
-				log.Part{Type: log.PartFile, MediaType: "image/png", URL: "data:image/png;base64,AA==", Filename: "a.png"},
-				log.Part{Type: log.PartData, Name: "weather", Data: json.RawMessage(`{"t":20}`)},
+			records: []record.Record{user("u1", "",
+				record.Part{Type: record.PartFile, MediaType: "image/png", URL: "data:image/png;base64,AA==", Filename: "a.png"},
+				record.Part{Type: record.PartData, Name: "weather", Data: json.RawMessage(`{"t":20}`)},
 			)},
 			want: view(msg("u1", projection.RoleUser,
-				projection.Part{Type: log.PartFile, MediaType: "image/png", URL: "data:image/png;base64,AA==", Filename: "a.png"},
-				projection.Part{Type: log.PartData, Name: "weather", Data: json.RawMessage(`{"t":20}`)},
+				projection.Part{Type: record.PartFile, MediaType: "image/png", URL: "data:image/png;base64,AA==", Filename: "a.png"},
+				projection.Part{Type: record.PartData, Name: "weather", Data: json.RawMessage(`{"t":20}`)},
 			)),
 		},
 		{
 			name:    "tool call",
-			records: []log.Record{assistant("a1", "", toolCall("c1", "search", `{"q":"x"}`))},
+			records: []record.Record{assistant("a1", "", toolCall("c1", "search", `{"q":"x"}`))},
 			want:    view(msg("a1", projection.RoleAssistant, call)),
 		},
 		{
 			name: "tool result",
-			records: []log.Record{
+			records: []record.Record{
 				assistant("a1", "", toolCall("c1", "search", `{"q":"x"}`)),
 				toolResult("r1", "a1", "c1", false, `{"hits":3}`),
 			},
@@ -126,7 +126,7 @@ func TestProjectRules(t *testing.T) {
 		},
 		{
 			name: "tool error with string output",
-			records: []log.Record{
+			records: []record.Record{
 				assistant("a1", "", toolCall("c1", "search", `{"q":"x"}`)),
 				toolResult("r1", "a1", "c1", true, `"no network"`),
 			},
@@ -134,23 +134,23 @@ func TestProjectRules(t *testing.T) {
 		},
 		{
 			name: "tool error with object output",
-			records: []log.Record{
+			records: []record.Record{
 				assistant("a1", "", toolCall("c1", "search", `{"q":"x"}`)),
-				entry("r1", "a1", log.EntryToolResult, `{"toolCallId":"c1","isError":true,"output":{ "code": 7 }}`),
+				entry("r1", "a1", record.EntryToolResult, `{"toolCallId":"c1","isError":true,"output":{ "code": 7 }}`),
 			},
 			want: view(msg("a1", projection.RoleAssistant, pFailed(call, `{ "code": 7 }`, `{"code":7}`))),
 		},
 		{
 			name: "tool name from result when call has none",
-			records: []log.Record{
+			records: []record.Record{
 				assistant("a1", "", toolCall("c1", "", `{}`)),
-				entry("r1", "a1", log.EntryToolResult, log.ToolResultPayload{ToolCallID: "c1", ToolName: "search", Output: json.RawMessage(`1`)}),
+				entry("r1", "a1", record.EntryToolResult, record.ToolResultPayload{ToolCallID: "c1", ToolName: "search", Output: json.RawMessage(`1`)}),
 			},
 			want: view(msg("a1", projection.RoleAssistant, pDone(pTool("c1", "search", `{}`), `1`))),
 		},
 		{
 			name: "orphan tool result",
-			records: []log.Record{
+			records: []record.Record{
 				assistant("a1", "", toolCall("c1", "search", `{"q":"x"}`)),
 				toolResult("r1", "a1", "c9", false, `1`),
 			},
@@ -158,7 +158,7 @@ func TestProjectRules(t *testing.T) {
 		},
 		{
 			name: "result goes to the most recent call with its id",
-			records: []log.Record{
+			records: []record.Record{
 				assistant("a1", "", toolCall("c1", "search", `{"q":"x"}`)),
 				assistant("a2", "a1", toolCall("c1", "search", `{"q":"x"}`)),
 				toolResult("r1", "a2", "c1", false, `1`),
@@ -167,7 +167,7 @@ func TestProjectRules(t *testing.T) {
 		},
 		{
 			name: "truncation undoes a tool result",
-			records: []log.Record{
+			records: []record.Record{
 				assistant("a1", "", toolCall("c1", "search", `{"q":"x"}`)),
 				toolResult("r1", "a1", "c1", false, `1`),
 				truncated("a1"),
@@ -176,7 +176,7 @@ func TestProjectRules(t *testing.T) {
 		},
 		{
 			name: "result for a call truncated away",
-			records: []log.Record{
+			records: []record.Record{
 				user("u1", ""),
 				assistant("a1", "u1", toolCall("c1", "search", `{"q":"x"}`)),
 				truncated("u1"),
@@ -186,7 +186,7 @@ func TestProjectRules(t *testing.T) {
 		},
 		{
 			name: "truncation to the middle",
-			records: []log.Record{
+			records: []record.Record{
 				user("u1", "", text("1")), assistant("a1", "u1", text("2")), user("u2", "a1", text("3")), assistant("a2", "u2", text("4")),
 				truncated("a1"),
 				user("u3", "a1", text("5")),
@@ -195,7 +195,7 @@ func TestProjectRules(t *testing.T) {
 		},
 		{
 			name: "truncation to the start",
-			records: []log.Record{
+			records: []record.Record{
 				user("u1", "", text("1")), assistant("a1", "u1", text("2")),
 				truncated(""),
 				user("u2", "", text("3")),
@@ -204,7 +204,7 @@ func TestProjectRules(t *testing.T) {
 		},
 		{
 			name: "truncation to an entry never seen",
-			records: []log.Record{
+			records: []record.Record{
 				user("u1", "", text("1")),
 				truncated("nope"),
 			},
@@ -212,7 +212,7 @@ func TestProjectRules(t *testing.T) {
 		},
 		{
 			name: "implicit branch from an earlier entry",
-			records: []log.Record{
+			records: []record.Record{
 				user("u1", "", text("1")), assistant("a1", "u1", text("2")), user("u2", "a1", text("3")),
 				user("u3", "u1", text("edit")),
 			},
@@ -220,7 +220,7 @@ func TestProjectRules(t *testing.T) {
 		},
 		{
 			name: "implicit branch from the start",
-			records: []log.Record{
+			records: []record.Record{
 				user("u1", "", text("1")), assistant("a1", "u1", text("2")),
 				user("u2", "", text("again")),
 			},
@@ -228,7 +228,7 @@ func TestProjectRules(t *testing.T) {
 		},
 		{
 			name: "parent never seen extends the path",
-			records: []log.Record{
+			records: []record.Record{
 				user("u1", "", text("1")),
 				assistant("a1", "ghost", text("2")),
 				user("u2", "a1", text("3")),
@@ -237,19 +237,19 @@ func TestProjectRules(t *testing.T) {
 		},
 		{
 			name: "new leaf on another branch brings that branch back",
-			records: []log.Record{
+			records: []record.Record{
 				user("u1", "", text("1")),
 				assistant("a1", "u1", toolCall("c1", "search", `{"q":"x"}`)),
 				toolResult("r1", "a1", "c1", false, `1`),
 				truncated("u1"),
 				assistant("a2", "u1", text("other")),
-				{Kind: log.KindTruncated, RewoundTo: "u1", NewLeafID: "r1"},
+				{Kind: record.KindTruncated, RewoundTo: "u1", NewLeafID: "r1"},
 			},
 			want: view(msg("u1", projection.RoleUser, pText("1")), msg("a1", projection.RoleAssistant, pDone(call, `1`))),
 		},
 		{
 			name: "parent on a dead branch brings that branch back",
-			records: []log.Record{
+			records: []record.Record{
 				user("u1", "", text("1")),
 				assistant("a1", "u1", text("first")),
 				truncated("u1"),
@@ -260,7 +260,7 @@ func TestProjectRules(t *testing.T) {
 		},
 		(ruleCase{
 			name: "settlement",
-			records: []log.Record{
+			records: []record.Record{
 				user("u1", "", text("1")),
 				settlement("x1", "u1", done),
 			},
@@ -268,16 +268,16 @@ func TestProjectRules(t *testing.T) {
 		}).withSettlements(done),
 		(ruleCase{
 			name: "first settlement counts",
-			records: []log.Record{
+			records: []record.Record{
 				settlement("x1", "", failed),
 				settlement("x2", "x1", done),
-				settlement("x3", "x2", log.Settlement{SubmissionID: "s2", Outcome: log.OutcomeAborted}),
+				settlement("x3", "x2", record.Settlement{SubmissionID: "s2", Outcome: record.OutcomeAborted}),
 			},
 			want: view(),
-		}).withSettlements(failed, log.Settlement{SubmissionID: "s2", Outcome: log.OutcomeAborted}),
+		}).withSettlements(failed, record.Settlement{SubmissionID: "s2", Outcome: record.OutcomeAborted}),
 		(ruleCase{
 			name: "settlements survive truncation",
-			records: []log.Record{
+			records: []record.Record{
 				user("u1", "", text("1")),
 				settlement("x1", "u1", done),
 				truncated(""),
@@ -286,34 +286,34 @@ func TestProjectRules(t *testing.T) {
 		}).withSettlements(done),
 		(ruleCase{
 			name: "settlement takes the entry's submission when its payload has none",
-			records: []log.Record{
-				withSub(entry("x1", "", log.EntrySettlement, `{"outcome":"completed"}`), "s1", ""),
-				entry("x2", "x1", log.EntrySettlement, `{"outcome":"completed"}`),
-				entry("x3", "x2", log.EntrySettlement, `{"submissionId":"s3"}`),
+			records: []record.Record{
+				withSub(entry("x1", "", record.EntrySettlement, `{"outcome":"completed"}`), "s1", ""),
+				entry("x2", "x1", record.EntrySettlement, `{"outcome":"completed"}`),
+				entry("x3", "x2", record.EntrySettlement, `{"submissionId":"s3"}`),
 			},
 			want: view(),
 		}).withSettlements(done),
 		{
 			name: "ignored: unknown kinds, types and parts, bad payloads, bad ids",
-			records: []log.Record{
-				user("u1", "", text("1"), log.Part{Type: "sparkle", Text: "?"}),
+			records: []record.Record{
+				user("u1", "", text("1"), record.Part{Type: "sparkle", Text: "?"}),
 				{Kind: "checkpoint"},
-				{Kind: log.KindEntry},
+				{Kind: record.KindEntry},
 				entry("c1", "u1", "custom_note", `{"anything":true}`),
-				entry("b1", "c1", log.EntryAssistantMessage, `[1,2]`),
-				entry("b2", "b1", log.EntryToolResult, `"x"`),
-				entry("b3", "b2", log.EntrySettlement, `7`),
-				entry("", "b3", log.EntryUserMessage, log.MessagePayload{Parts: []log.Part{text("no id")}}),
-				entry("u1", "b3", log.EntryUserMessage, log.MessagePayload{Parts: []log.Part{text("dup")}}),
+				entry("b1", "c1", record.EntryAssistantMessage, `[1,2]`),
+				entry("b2", "b1", record.EntryToolResult, `"x"`),
+				entry("b3", "b2", record.EntrySettlement, `7`),
+				entry("", "b3", record.EntryUserMessage, record.MessagePayload{Parts: []record.Part{text("no id")}}),
+				entry("u1", "b3", record.EntryUserMessage, record.MessagePayload{Parts: []record.Part{text("dup")}}),
 				assistant("a1", "b3", text("2")),
 			},
 			want: view(msg("u1", projection.RoleUser, pText("1")), msg("a1", projection.RoleAssistant, pText("2"))),
 		},
 		{
 			name: "bad payload entry still carries the path",
-			records: []log.Record{
+			records: []record.Record{
 				user("u1", "", text("1")),
-				entry("b1", "u1", log.EntryUserMessage, `{"parts":"nope"}`),
+				entry("b1", "u1", record.EntryUserMessage, `{"parts":"nope"}`),
 				assistant("a1", "b1", text("2")),
 				truncated("b1"),
 			},
@@ -366,15 +366,15 @@ func TestPartJSON(t *testing.T) {
 		want string
 	}{
 		{"empty text", pText(""), `{"type":"text","text":""}`},
-		{"reasoning", projection.Part{Type: log.PartReasoning, Text: "r"}, `{"type":"reasoning","text":"r"}`},
+		{"reasoning", projection.Part{Type: record.PartReasoning, Text: "r"}, `{"type":"reasoning","text":"r"}`},
 		{"tool input", call, `{"type":"tool","toolCallId":"c1","toolName":"search","state":"input-available","input":{"q":"x"}}`},
 		{"tool without input", pTool("c1", "s", ""), `{"type":"tool","toolCallId":"c1","toolName":"s","state":"input-available","input":null}`},
 		{"tool output", pDone(call, `[1]`), `{"type":"tool","toolCallId":"c1","toolName":"search","state":"output-available","input":{"q":"x"},"output":[1]}`},
 		{"tool output missing", pDone(call, ``), `{"type":"tool","toolCallId":"c1","toolName":"search","state":"output-available","input":{"q":"x"},"output":null}`},
 		{"tool error", pFailed(call, `"bad"`, "bad"), `{"type":"tool","toolCallId":"c1","toolName":"search","state":"output-error","input":{"q":"x"},"output":"bad","errorText":"bad"}`},
 		{"tool error without output", pFailed(call, ``, ""), `{"type":"tool","toolCallId":"c1","toolName":"search","state":"output-error","input":{"q":"x"},"errorText":""}`},
-		{"file", projection.Part{Type: log.PartFile, MediaType: "text/plain", URL: "https://x/y"}, `{"type":"file","mediaType":"text/plain","url":"https://x/y"}`},
-		{"data", projection.Part{Type: log.PartData, Name: "n"}, `{"type":"data","name":"n","data":null}`},
+		{"file", projection.Part{Type: record.PartFile, MediaType: "text/plain", URL: "https://x/y"}, `{"type":"file","mediaType":"text/plain","url":"https://x/y"}`},
+		{"data", projection.Part{Type: record.PartData, Name: "n"}, `{"type":"data","name":"n","data":null}`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -387,7 +387,7 @@ func TestPartJSON(t *testing.T) {
 
 func TestViewIsACopy(t *testing.T) {
 	p := projection.NewProjector()
-	p.Apply(assistant("a1", "", toolCall("c1", "search", `{"q":"x"}`)), settlement("x1", "a1", log.Settlement{SubmissionID: "s1", Outcome: log.OutcomeFailed, Error: &log.Failure{Message: "m"}}))
+	p.Apply(assistant("a1", "", toolCall("c1", "search", `{"q":"x"}`)), settlement("x1", "a1", record.Settlement{SubmissionID: "s1", Outcome: record.OutcomeFailed, Error: &record.Failure{Message: "m"}}))
 	v := p.View()
 	before := jsonOf(t, v)
 
@@ -406,7 +406,7 @@ func TestViewIsACopy(t *testing.T) {
 }
 
 func TestActivePath(t *testing.T) {
-	ids := func(es []log.Entry) []string {
+	ids := func(es []record.Entry) []string {
 		out := []string{}
 		for _, e := range es {
 			out = append(out, e.ID)
@@ -415,18 +415,18 @@ func TestActivePath(t *testing.T) {
 	}
 	cases := []struct {
 		name    string
-		records []log.Record
+		records []record.Record
 		want    []string
 	}{
 		{"empty", nil, []string{}},
-		{"linear", []log.Record{user("u1", ""), assistant("a1", "u1"), user("u2", "a1")}, []string{"u1", "a1", "u2"}},
-		{"truncated", []log.Record{user("u1", ""), assistant("a1", "u1"), truncated("u1")}, []string{"u1"}},
-		{"truncated to start", []log.Record{user("u1", ""), truncated("")}, []string{}},
-		{"branch", []log.Record{user("u1", ""), assistant("a1", "u1"), user("u2", "u1")}, []string{"u1", "u2"}},
-		{"unknown truncation", []log.Record{user("u1", ""), truncated("zz")}, []string{"u1"}},
-		{"unknown parent ends the chain", []log.Record{user("u1", ""), user("u2", "zz")}, []string{"u2"}},
-		{"loop", []log.Record{user("u1", "u2"), user("u2", "u1")}, []string{"u1", "u2"}},
-		{"duplicate id", []log.Record{user("u1", ""), user("u2", "u1"), user("u1", "u2")}, []string{"u1", "u2"}},
+		{"linear", []record.Record{user("u1", ""), assistant("a1", "u1"), user("u2", "a1")}, []string{"u1", "a1", "u2"}},
+		{"truncated", []record.Record{user("u1", ""), assistant("a1", "u1"), truncated("u1")}, []string{"u1"}},
+		{"truncated to start", []record.Record{user("u1", ""), truncated("")}, []string{}},
+		{"branch", []record.Record{user("u1", ""), assistant("a1", "u1"), user("u2", "u1")}, []string{"u1", "u2"}},
+		{"unknown truncation", []record.Record{user("u1", ""), truncated("zz")}, []string{"u1"}},
+		{"unknown parent ends the chain", []record.Record{user("u1", ""), user("u2", "zz")}, []string{"u2"}},
+		{"loop", []record.Record{user("u1", "u2"), user("u2", "u1")}, []string{"u1", "u2"}},
+		{"duplicate id", []record.Record{user("u1", ""), user("u2", "u1"), user("u1", "u2")}, []string{"u1", "u2"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

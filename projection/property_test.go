@@ -6,7 +6,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/projection"
 	"pgregory.net/rapid"
 )
@@ -16,9 +16,9 @@ import (
 // entries, truncations, and everything the projection must skip. Every
 // parent is a known entry or the start, so ActivePath is a full account of
 // the path.
-func genConversation(t *rapid.T) []log.Record {
+func genConversation(t *rapid.T) []record.Record {
 	var (
-		records []log.Record
+		records []record.Record
 		parents = map[string]string{}
 		ids     []string
 		leaf    string
@@ -47,30 +47,30 @@ func genConversation(t *rapid.T) []log.Record {
 		case 1:
 			parent = pick(ids, "anyParent")
 		}
-		e := log.Entry{ID: id, ParentID: parent, Type: typ, Payload: payload}
+		e := record.Entry{ID: id, ParentID: parent, Type: typ, Payload: payload}
 		if rapid.Bool().Draw(t, "hasSubmission") {
 			e.SubmissionID = fmt.Sprintf("s%d", rapid.IntRange(0, 3).Draw(t, "entrySubmission"))
 		}
-		records = append(records, log.EntryRecord(e))
+		records = append(records, record.EntryRecord(e))
 		parents[id] = parent
 		ids = append(ids, id)
 		leaf = id
 	}
 	callID := func(label string) string { return fmt.Sprintf("c%d", rapid.IntRange(0, 6).Draw(t, label)) }
-	message := func() log.MessagePayload {
-		var p log.MessagePayload
-		p.Purpose = rapid.SampledFrom([]string{"", log.PurposeUser, log.PurposeAssistant, log.PurposeDispatch, log.PurposeAdvisory}).Draw(t, "purpose")
-		p.Display = rapid.SampledFrom([]string{"", log.DisplayVisible, log.DisplayHidden, log.DisplayDiagnostic}).Draw(t, "display")
+	message := func() record.MessagePayload {
+		var p record.MessagePayload
+		p.Purpose = rapid.SampledFrom([]string{"", record.PurposeUser, record.PurposeAssistant, record.PurposeDispatch, record.PurposeAdvisory}).Draw(t, "purpose")
+		p.Display = rapid.SampledFrom([]string{"", record.DisplayVisible, record.DisplayHidden, record.DisplayDiagnostic}).Draw(t, "display")
 		for range rapid.IntRange(0, 3).Draw(t, "parts") {
-			switch typ := rapid.SampledFrom([]string{log.PartText, log.PartReasoning, log.PartToolCall, log.PartToolCall, log.PartFile, log.PartData, "sparkle"}).Draw(t, "partType"); typ {
-			case log.PartToolCall:
-				p.Parts = append(p.Parts, log.Part{Type: typ, ToolCallID: callID("callId"), ToolName: "tool", Input: json.RawMessage(`{"n":1}`)})
-			case log.PartFile:
-				p.Parts = append(p.Parts, log.Part{Type: typ, MediaType: "text/plain", URL: "data:,x"})
-			case log.PartData:
-				p.Parts = append(p.Parts, log.Part{Type: typ, Name: "d", Data: json.RawMessage(`[1]`)})
+			switch typ := rapid.SampledFrom([]string{record.PartText, record.PartReasoning, record.PartToolCall, record.PartToolCall, record.PartFile, record.PartData, "sparkle"}).Draw(t, "partType"); typ {
+			case record.PartToolCall:
+				p.Parts = append(p.Parts, record.Part{Type: typ, ToolCallID: callID("callId"), ToolName: "tool", Input: json.RawMessage(`{"n":1}`)})
+			case record.PartFile:
+				p.Parts = append(p.Parts, record.Part{Type: typ, MediaType: "text/plain", URL: "data:,x"})
+			case record.PartData:
+				p.Parts = append(p.Parts, record.Part{Type: typ, Name: "d", Data: json.RawMessage(`[1]`)})
 			default:
-				p.Parts = append(p.Parts, log.Part{Type: typ, Text: rapid.StringMatching(`[a-z]{0,4}`).Draw(t, "text")})
+				p.Parts = append(p.Parts, record.Part{Type: typ, Text: rapid.StringMatching(`[a-z]{0,4}`).Draw(t, "text")})
 			}
 		}
 		return p
@@ -78,27 +78,27 @@ func genConversation(t *rapid.T) []log.Record {
 	for range rapid.IntRange(0, 60).Draw(t, "records") {
 		switch rapid.IntRange(0, 11).Draw(t, "op") {
 		case 0, 1, 2:
-			add(log.EntryUserMessage, mustJSON(message()))
+			add(record.EntryUserMessage, mustJSON(message()))
 		case 3, 4, 5:
-			add(log.EntryAssistantMessage, mustJSON(message()))
+			add(record.EntryAssistantMessage, mustJSON(message()))
 		case 6, 7:
 			output := rapid.SampledFrom([]string{``, `null`, `"failed"`, `{"x":1}`, `[1,2]`}).Draw(t, "output")
-			add(log.EntryToolResult, mustJSON(log.ToolResultPayload{ToolCallID: callID("resultCallId"), IsError: rapid.Bool().Draw(t, "isError"), Output: json.RawMessage(output)}))
+			add(record.EntryToolResult, mustJSON(record.ToolResultPayload{ToolCallID: callID("resultCallId"), IsError: rapid.Bool().Draw(t, "isError"), Output: json.RawMessage(output)}))
 		case 8:
-			s := log.Settlement{
+			s := record.Settlement{
 				SubmissionID: fmt.Sprintf("s%d", rapid.IntRange(0, 3).Draw(t, "submission")),
-				Outcome:      rapid.SampledFrom([]log.Outcome{log.OutcomeCompleted, log.OutcomeFailed, log.OutcomeAborted}).Draw(t, "outcome"),
+				Outcome:      rapid.SampledFrom([]record.Outcome{record.OutcomeCompleted, record.OutcomeFailed, record.OutcomeAborted}).Draw(t, "outcome"),
 			}
-			if s.Outcome != log.OutcomeCompleted {
-				s.Error = &log.Failure{Message: rapid.StringMatching(`[a-z]{1,4}`).Draw(t, "failure")}
+			if s.Outcome != record.OutcomeCompleted {
+				s.Error = &record.Failure{Message: rapid.StringMatching(`[a-z]{1,4}`).Draw(t, "failure")}
 			}
-			add(log.EntrySettlement, mustJSON(s))
+			add(record.EntrySettlement, mustJSON(s))
 		case 9:
-			typ := rapid.SampledFrom([]string{"custom_note", log.EntryUserMessage, log.EntryToolResult, log.EntrySettlement}).Draw(t, "oddType")
+			typ := rapid.SampledFrom([]string{"custom_note", record.EntryUserMessage, record.EntryToolResult, record.EntrySettlement}).Draw(t, "oddType")
 			payload := rapid.SampledFrom([]string{`{"custom":true}`, `[1]`, `"x"`, `{"parts":"no"}`}).Draw(t, "oddPayload")
 			add(typ, json.RawMessage(payload))
 		case 10:
-			records = append(records, log.Record{Kind: rapid.SampledFrom([]string{"checkpoint", "", "Entry"}).Draw(t, "oddKind")})
+			records = append(records, record.Record{Kind: rapid.SampledFrom([]string{"checkpoint", "", "Entry"}).Draw(t, "oddKind")})
 		case 11:
 			var to string
 			switch rapid.IntRange(0, 3).Draw(t, "truncation") {
@@ -109,7 +109,7 @@ func genConversation(t *rapid.T) []log.Record {
 			case 3:
 				to = "never-seen"
 			}
-			r := log.TruncatedRecord(to, "test")
+			r := record.TruncatedRecord(to, "test")
 			if rapid.IntRange(0, 4).Draw(t, "moveLeaf") == 0 {
 				r.NewLeafID = pick(ids, "newLeaf")
 			}
@@ -162,13 +162,13 @@ func TestProjectorProperties(t *testing.T) {
 		}
 
 		// Settlements: one per submission, the first seen.
-		first := map[string]log.Settlement{}
+		first := map[string]record.Settlement{}
 		var order []string
 		for _, r := range records {
-			if r.Kind != log.KindEntry || r.Entry.Type != log.EntrySettlement {
+			if r.Kind != record.KindEntry || r.Entry.Type != record.EntrySettlement {
 				continue
 			}
-			var s log.Settlement
+			var s record.Settlement
 			if json.Unmarshal(r.Entry.Payload, &s) != nil || s.SubmissionID == "" {
 				continue
 			}
@@ -177,7 +177,7 @@ func TestProjectorProperties(t *testing.T) {
 				order = append(order, s.SubmissionID)
 			}
 		}
-		want := []log.Settlement{}
+		want := []record.Settlement{}
 		for _, id := range order {
 			want = append(want, first[id])
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/convlog/convlog/log/record"
+	"github.com/convlog/convlog/transport/wire"
 )
 
 // The A2A adapter: A2A 1.0 over its JSON-RPC binding.
@@ -160,7 +161,7 @@ func (s *Server) a2aCard(c echo.Context) error {
 func (s *Server) a2aDefaultCard(c echo.Context) error {
 	agent := s.opts.A2ADefaultAgent
 	if agent == "" {
-		return apiErr(http.StatusNotFound, CodeNotFound, "no default A2A agent is configured (see --a2a-default-agent); the cards are at /a2a/<agent>/.well-known/agent-card.json")
+		return apiErr(http.StatusNotFound, wire.CodeNotFound, "no default A2A agent is configured (see --a2a-default-agent); the cards are at /a2a/<agent>/.well-known/agent-card.json")
 	}
 	if err := s.agentExists(agent); err != nil {
 		return err
@@ -356,69 +357,69 @@ type sendParams struct {
 
 // admitMessage admits the params' message: its task, and whether the task
 // is fresh (no frame of its turn can predate the returned cursor).
-func (a *a2aCall) admitMessage() (log.Key, log.Submission, DeltaCursor, bool, bool, *rpcError) {
+func (a *a2aCall) admitMessage() (record.Key, record.Submission, DeltaCursor, bool, bool, *rpcError) {
 	var p sendParams
 	if e := a.decode(&p); e != nil {
-		return log.Key{}, log.Submission{}, nil, false, false, e
+		return record.Key{}, record.Submission{}, nil, false, false, e
 	}
 	m := p.Message
 	if m == nil {
-		return log.Key{}, log.Submission{}, nil, false, false, rpcErr(rpcInvalidParams, `"message" is required`)
+		return record.Key{}, record.Submission{}, nil, false, false, rpcErr(rpcInvalidParams, `"message" is required`)
 	}
 	// Only a user's message is input: an agent's message sent as one would
 	// be stored as the user's words.
 	if m.Role != "ROLE_USER" && m.Role != "user" {
-		return log.Key{}, log.Submission{}, nil, false, false, rpcErr(rpcInvalidParams, `message.role must be "ROLE_USER", not %q`, record.Clip(m.Role, 40))
+		return record.Key{}, record.Submission{}, nil, false, false, rpcErr(rpcInvalidParams, `message.role must be "ROLE_USER", not %q`, record.Clip(m.Role, 40))
 	}
 	if m.TaskID != "" {
-		return log.Key{}, log.Submission{}, nil, false, false, rpcErr(a2aUnsupportedOperation,
+		return record.Key{}, record.Submission{}, nil, false, false, rpcErr(a2aUnsupportedOperation,
 			"a task here answers one message and takes no follow-up: send the next message with the same contextId and no taskId")
 	}
-	var payload log.MessagePayload
+	var payload record.MessagePayload
 	for i, part := range m.Parts {
-		var lp log.Part
+		var lp record.Part
 		switch {
 		case part.Text != nil:
 			if *part.Text == "" {
 				continue
 			}
-			lp = log.Part{Type: log.PartText, Text: *part.Text}
+			lp = record.Part{Type: record.PartText, Text: *part.Text}
 		case part.URL != "":
-			lp = log.Part{Type: log.PartFile, MediaType: part.MediaType, URL: part.URL, Filename: part.Filename}
+			lp = record.Part{Type: record.PartFile, MediaType: part.MediaType, URL: part.URL, Filename: part.Filename}
 		case part.Raw != "":
 			if _, err := base64.StdEncoding.DecodeString(part.Raw); err != nil {
-				return log.Key{}, log.Submission{}, nil, false, false, rpcErr(rpcInvalidParams, "message.parts[%d].raw is not base64", i)
+				return record.Key{}, record.Submission{}, nil, false, false, rpcErr(rpcInvalidParams, "message.parts[%d].raw is not base64", i)
 			}
-			lp = log.Part{Type: log.PartFile, MediaType: part.MediaType, URL: "data:" + part.MediaType + ";base64," + part.Raw, Filename: part.Filename}
+			lp = record.Part{Type: record.PartFile, MediaType: part.MediaType, URL: "data:" + part.MediaType + ";base64," + part.Raw, Filename: part.Filename}
 		case !isNull(part.Data):
-			lp = log.Part{Type: log.PartData, Name: "data", Data: part.Data}
+			lp = record.Part{Type: record.PartData, Name: "data", Data: part.Data}
 		default:
 			continue
 		}
 		if err := validatePart(lp); err != nil {
-			return log.Key{}, log.Submission{}, nil, false, false, rpcErr(rpcInvalidParams, "message.parts[%d]: %s", i, err)
+			return record.Key{}, record.Submission{}, nil, false, false, rpcErr(rpcInvalidParams, "message.parts[%d]: %s", i, err)
 		}
 		payload.Parts = append(payload.Parts, lp)
 	}
 	if len(payload.Parts) == 0 {
-		return log.Key{}, log.Submission{}, nil, false, false, rpcErr(rpcInvalidParams, "the message has no part this agent reads (text, url, raw or data)")
+		return record.Key{}, record.Submission{}, nil, false, false, rpcErr(rpcInvalidParams, "the message has no part this agent reads (text, url, raw or data)")
 	}
 	contextID := m.ContextID
 	if contextID == "" {
 		contextID = "ctx_" + ulid.Make().String()
-	} else if err := log.ValidateName(contextID); err != nil {
-		return log.Key{}, log.Submission{}, nil, false, false, rpcErr(rpcInvalidParams, "contextId: %s", err)
+	} else if err := record.ValidateName(contextID); err != nil {
+		return record.Key{}, record.Submission{}, nil, false, false, rpcErr(rpcInvalidParams, "contextId: %s", err)
 	}
 	if m.MessageID != "" {
 		payload.Metadata = compactJSON(map[string]string{"a2aMessageId": m.MessageID})
 	}
 	if err := a.s.allowConversation(a.c, a.agent, contextID, auth.VerbDeliver, auth.VerbRead); err != nil {
-		return log.Key{}, log.Submission{}, nil, false, false, a.deny(err)
+		return record.Key{}, record.Submission{}, nil, false, false, a.deny(err)
 	}
 	if err := a.s.drawDelivery(a.c); err != nil {
-		return log.Key{}, log.Submission{}, nil, false, false, a.deny(err)
+		return record.Key{}, record.Submission{}, nil, false, false, a.deny(err)
 	}
-	key := log.Key{Agent: a.agent, Instance: contextID, Session: log.DefaultSession}
+	key := record.Key{Agent: a.agent, Instance: contextID, Session: record.DefaultSession}
 	cur := a.s.followDeltas(a.ctx(), key)
 	sub, replayed, err := a.s.admitMessage(a.c, adapterAdmission{key: key, payload: payload, idemScope: "a2a", idemID: m.MessageID})
 	if err != nil {
@@ -435,7 +436,7 @@ func (a *a2aCall) admitMessage() (log.Key, log.Submission, DeltaCursor, bool, bo
 			}
 			return key, sub, nil, false, false, a.toRPC(err)
 		}
-		fresh = sub.Status == log.StatusAdmitted
+		fresh = sub.Status == record.StatusAdmitted
 	}
 	return key, sub, cur, fresh, p.Configuration.ReturnImmediately, nil
 }
@@ -482,7 +483,7 @@ func (a *a2aCall) sendMessage(bool) (any, *rpcError) {
 
 // waitSettled waits until the submission settles, or the server stops (the
 // task is then reported as it stands).
-func (a *a2aCall) waitSettled(sub log.Submission) error {
+func (a *a2aCall) waitSettled(sub record.Submission) error {
 	ctx := a.ctx()
 	for {
 		changed, release := a.s.db.Changed(sub.Key)
@@ -515,19 +516,19 @@ type idParams struct {
 // submissionOf is the task id's submission, if it belongs to this agent
 // and the caller may read its conversation: a task the caller may not read
 // is as absent as one that never was.
-func (a *a2aCall) submissionOf(id string) (log.Submission, *rpcError) {
+func (a *a2aCall) submissionOf(id string) (record.Submission, *rpcError) {
 	if id == "" {
-		return log.Submission{}, rpcErr(rpcInvalidParams, `"id" (the task id) is required`)
+		return record.Submission{}, rpcErr(rpcInvalidParams, `"id" (the task id) is required`)
 	}
-	if len(id) > log.MaxIDLength {
-		return log.Submission{}, rpcErr(a2aTaskNotFound, "task not found")
+	if len(id) > record.MaxIDLength {
+		return record.Submission{}, rpcErr(a2aTaskNotFound, "task not found")
 	}
 	sub, err := a.s.db.Submission(a.ctx(), id)
 	if err != nil {
 		return sub, a.toRPC(err)
 	}
 	if sub.Key.Agent != a.agent || !a.s.allows(a.c, sub.Key.Agent, sub.Key.Instance, auth.VerbRead) {
-		return log.Submission{}, rpcErr(a2aTaskNotFound, "task not found")
+		return record.Submission{}, rpcErr(a2aTaskNotFound, "task not found")
 	}
 	return sub, nil
 }
@@ -603,7 +604,7 @@ func (a *a2aCall) listTasks() (any, *rpcError) {
 	if p.ContextID == "" {
 		return nil, rpcErr(rpcInvalidParams, `"contextId" is required: tasks are listed per context`)
 	}
-	if err := log.ValidateName(p.ContextID); err != nil {
+	if err := record.ValidateName(p.ContextID); err != nil {
 		return nil, rpcErr(rpcInvalidParams, "contextId: %s", err)
 	}
 	if err := a.s.allowConversation(a.c, a.agent, p.ContextID, auth.VerbRead); err != nil {
@@ -626,9 +627,9 @@ func (a *a2aCall) listTasks() (any, *rpcError) {
 		skip = n
 	}
 	ctx := a.ctx()
-	key := log.Key{Agent: a.agent, Instance: p.ContextID, Session: log.DefaultSession}
+	key := record.Key{Agent: a.agent, Instance: p.ContextID, Session: record.DefaultSession}
 	var ids []string
-	offset := log.Start
+	offset := record.Start
 	for {
 		page, err := a.s.db.Read(ctx, key, offset, log.MaxReadLimit)
 		if err != nil {
@@ -640,7 +641,7 @@ func (a *a2aCall) listTasks() (any, *rpcError) {
 				return nil, a.toRPC(err)
 			}
 			for _, r := range recs {
-				if r.Kind == log.KindEntry && r.Entry.Type == log.EntryUserMessage && r.Entry.SubmissionID != "" {
+				if r.Kind == record.KindEntry && r.Entry.Type == record.EntryUserMessage && r.Entry.SubmissionID != "" {
 					ids = append(ids, r.Entry.SubmissionID)
 				}
 			}
@@ -703,21 +704,21 @@ func knownTaskState(s string) bool {
 }
 
 // taskState maps a submission status to the task state.
-func taskState(st log.Status) string {
+func taskState(st record.Status) string {
 	switch st {
-	case log.StatusRunning:
+	case record.StatusRunning:
 		return taskWorking
-	case log.StatusCompleted:
+	case record.StatusCompleted:
 		return taskCompleted
-	case log.StatusFailed:
+	case record.StatusFailed:
 		return taskFailed
-	case log.StatusAborted:
+	case record.StatusAborted:
 		return taskCanceled
 	}
 	return taskSubmitted
 }
 
-func statusTime(sub log.Submission) time.Time {
+func statusTime(sub record.Submission) time.Time {
 	switch {
 	case !sub.SettledAt.IsZero():
 		return sub.SettledAt
@@ -727,11 +728,11 @@ func statusTime(sub log.Submission) time.Time {
 	return sub.AdmittedAt
 }
 
-func taskStatus(sub log.Submission) a2aStatus {
+func taskStatus(sub record.Submission) a2aStatus {
 	st := a2aStatus{State: taskState(sub.Status), Timestamp: statusTime(sub).UTC().Format(time.RFC3339Nano)}
-	if sub.Status == log.StatusFailed || sub.Status == log.StatusAborted {
+	if sub.Status == record.StatusFailed || sub.Status == record.StatusAborted {
 		st.Message = &a2aMessage{MessageID: sub.ID + ".status", ContextID: sub.Key.Instance, TaskID: sub.ID, Role: "ROLE_AGENT",
-			Parts: []a2aPart{textPart(failureText(sub.Error, log.Outcome(sub.Status)))}}
+			Parts: []a2aPart{textPart(failureText(sub.Error, record.Outcome(sub.Status)))}}
 	}
 	return st
 }
@@ -795,7 +796,7 @@ func (s *Server) taskOf(ctx context.Context, id string, history int) (a2aTask, e
 
 // userMessage is the submission's user message as A2A's, from the batch
 // at its offset; nil if the log no longer holds it (rewound, reset).
-func (s *Server) userMessage(ctx context.Context, sub log.Submission) (*a2aMessage, error) {
+func (s *Server) userMessage(ctx context.Context, sub record.Submission) (*a2aMessage, error) {
 	page, err := s.db.Read(ctx, sub.Key, sub.Offset, 1)
 	if errors.Is(err, log.ErrUnknownOffset) {
 		return nil, nil
@@ -809,10 +810,10 @@ func (s *Server) userMessage(ctx context.Context, sub log.Submission) (*a2aMessa
 			return nil, err
 		}
 		for _, r := range recs {
-			if r.Kind != log.KindEntry || r.Entry == nil || r.Entry.Type != log.EntryUserMessage || r.Entry.SubmissionID != sub.ID {
+			if r.Kind != record.KindEntry || r.Entry == nil || r.Entry.Type != record.EntryUserMessage || r.Entry.SubmissionID != sub.ID {
 				continue
 			}
-			var p log.MessagePayload
+			var p record.MessagePayload
 			if err := json.Unmarshal(r.Entry.Payload, &p); err != nil {
 				return nil, fmt.Errorf("the user message of %s: %w", sub.ID, err)
 			}
@@ -825,11 +826,11 @@ func (s *Server) userMessage(ctx context.Context, sub log.Submission) (*a2aMessa
 			}
 			for _, lp := range p.Parts {
 				switch lp.Type {
-				case log.PartText:
+				case record.PartText:
 					m.Parts = append(m.Parts, textPart(lp.Text))
-				case log.PartFile:
+				case record.PartFile:
 					m.Parts = append(m.Parts, a2aPart{URL: lp.URL, MediaType: lp.MediaType, Filename: lp.Filename})
-				case log.PartData:
+				case record.PartData:
 					m.Parts = append(m.Parts, a2aPart{Data: lp.Data})
 				}
 			}
@@ -898,7 +899,7 @@ func (a *a2aCall) subscribe() *rpcError {
 	return a.stream(sub.Key, sub, cur, fresh)
 }
 
-func (a *a2aCall) stream(key log.Key, sub log.Submission, cur DeltaCursor, fresh bool) *rpcError {
+func (a *a2aCall) stream(key record.Key, sub record.Submission, cur DeltaCursor, fresh bool) *rpcError {
 	a.streamed = true
 	s := a.s
 	w := s.openSSE(a.c, map[string]string{a2aVersionHeader: a2aVersion})
@@ -921,7 +922,7 @@ func (a *a2aCall) stream(key log.Key, sub log.Submission, cur DeltaCursor, fresh
 type a2aSink struct {
 	w        *sseWriter
 	id       json.RawMessage
-	sub      log.Submission
+	sub      record.Submission
 	working  bool // a working status was sent
 	appended bool // the output artifact has a first chunk
 }
@@ -937,7 +938,7 @@ func (k *a2aSink) result(sr a2aStreamResponse) {
 	k.send(rpcResponse{JSONRPC: "2.0", ID: k.id, Result: sr})
 }
 
-func (k *a2aSink) status(state string, sub log.Submission) {
+func (k *a2aSink) status(state string, sub record.Submission) {
 	st := taskStatus(sub)
 	st.State = state
 	k.result(a2aStreamResponse{StatusUpdate: &a2aStatusUpdate{TaskID: k.sub.ID, ContextID: k.sub.Key.Instance, Status: st}})
@@ -973,7 +974,7 @@ func (k *a2aSink) Emit(ev turnview.Event) {
 				Append:   true, LastChunk: true}})
 		}
 		sub := k.sub
-		sub.Status = log.Status(ev.Outcome) // the outcomes are the terminal statuses
+		sub.Status = record.Status(ev.Outcome) // the outcomes are the terminal statuses
 		sub.Error = ev.Failure
 		sub.SettledAt = time.Now()
 		k.status(taskState(sub.Status), sub)

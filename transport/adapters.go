@@ -12,6 +12,8 @@ import (
 
 	"github.com/convlog/convlog/internal/conversation/turnview"
 	"github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
+	"github.com/convlog/convlog/transport/wire"
 	"github.com/labstack/echo/v4"
 )
 
@@ -25,8 +27,8 @@ import (
 // conversation (agentExists), so that a refusal says nothing of it.
 func adapterAgentName(c echo.Context) (string, error) {
 	agent := pathParam(c, "agent")
-	if err := log.ValidateName(agent); err != nil {
-		return "", &APIError{Status: http.StatusBadRequest, Code: CodeInvalidName, Message: "agent: " + err.Error(), Cause: err}
+	if err := record.ValidateName(agent); err != nil {
+		return "", &wire.APIError{Status: http.StatusBadRequest, Code: wire.CodeInvalidName, Message: "agent: " + err.Error(), Cause: err}
 	}
 	return agent, nil
 }
@@ -49,16 +51,16 @@ func (s *Server) adapterAgent(c echo.Context) (agent string, err error) {
 // validInstance checks a client-chosen conversation id (a chat id, a thread
 // id, a context id) as an instance name.
 func validInstance(what, id string) error {
-	if err := log.ValidateName(id); err != nil {
-		return &APIError{Status: http.StatusBadRequest, Code: CodeInvalidName, Message: what + ": " + err.Error(), Cause: err}
+	if err := record.ValidateName(id); err != nil {
+		return &wire.APIError{Status: http.StatusBadRequest, Code: wire.CodeInvalidName, Message: what + ": " + err.Error(), Cause: err}
 	}
 	return nil
 }
 
 // adapterAdmission is a user message an adapter admits.
 type adapterAdmission struct {
-	key     log.Key
-	payload log.MessagePayload
+	key     record.Key
+	payload record.MessagePayload
 	// idem makes a retry of the same client message (same client id) return
 	// the first admission: the scope ("ai-sdk", "ag-ui", "a2a") and the
 	// client's message id. Empty for none.
@@ -69,22 +71,22 @@ type adapterAdmission struct {
 
 // admitMessage admits the message durably, as deliver does: through the
 // conversation core, with the same idempotency.
-func (s *Server) admitMessage(c echo.Context, a adapterAdmission) (log.Submission, bool, error) {
+func (s *Server) admitMessage(c echo.Context, a adapterAdmission) (record.Submission, bool, error) {
 	ctx := c.Request().Context()
 	if s.stopAd.Load() {
-		return log.Submission{}, false, apiErr(http.StatusServiceUnavailable, CodeShuttingDown, "the server is shutting down and admits nothing")
+		return record.Submission{}, false, apiErr(http.StatusServiceUnavailable, wire.CodeShuttingDown, "the server is shutting down and admits nothing")
 	}
 	d := Delivery{Session: a.key.Session, Payload: a.payload}
 	// The caller is recorded with the message, as deliver does.
 	principal, authed := PrincipalOf(c)
 	if err := recordPrincipal(&d, principal, authed); err != nil {
-		return log.Submission{}, false, err
+		return record.Submission{}, false, err
 	}
 	rec, err := d.Record()
 	if err != nil {
-		return log.Submission{}, false, badRequest("the message cannot be stored: %v", err)
+		return record.Submission{}, false, badRequest("the message cannot be stored: %v", err)
 	}
-	adm := log.Admission{Key: a.key, SubmissionID: a.subID, Records: []log.Record{rec}}
+	adm := log.Admission{Key: a.key, SubmissionID: a.subID, Records: []record.Record{rec}}
 	if a.idemID != "" {
 		// Client ids are free text: hashed into a key of bounded, safe
 		// characters, scoped by adapter and conversation.
@@ -137,7 +139,7 @@ func rawOrNull(r json.RawMessage) json.RawMessage {
 }
 
 // failureText is a failure as one line of text for a client.
-func failureText(f *log.Failure, outcome log.Outcome) string {
+func failureText(f *record.Failure, outcome record.Outcome) string {
 	if f == nil {
 		return "the submission " + string(outcome)
 	}
@@ -150,14 +152,14 @@ func failureText(f *log.Failure, outcome log.Outcome) string {
 // turnView prepares the view of sub for an adapter's sink. fresh says that
 // cursor followed the deltas before the turn answering sub could have
 // published any.
-func (s *Server) turnView(key log.Key, sub log.Submission, cursor DeltaCursor, fresh bool, sink turnview.Sink) *turnview.View {
+func (s *Server) turnView(key record.Key, sub record.Submission, cursor DeltaCursor, fresh bool, sink turnview.Sink) *turnview.View {
 	c := turnview.Config{Log: s.db, Heartbeat: s.opts.Heartbeat, PageLimit: streamPageLimit, Stopping: s.closing}
 	return turnview.New(c, key, sub, cursor, fresh, sink) // a nil cursor stays a nil Deltas
 }
 
 // followDeltas opens a delta cursor for key, or nil when there is no source
 // or it fails (the view then serves the log alone).
-func (s *Server) followDeltas(ctx context.Context, key log.Key) DeltaCursor {
+func (s *Server) followDeltas(ctx context.Context, key record.Key) DeltaCursor {
 	if s.opts.Deltas == nil {
 		return nil
 	}
@@ -173,7 +175,7 @@ func (s *Server) followDeltas(ctx context.Context, key log.Key) DeltaCursor {
 // submission's status is read, so that fresh is exact (no frame of its turn
 // can predate the cursor when it had not started). The caller closes the
 // cursor.
-func (s *Server) viewCursor(ctx context.Context, key log.Key, subID string) (DeltaCursor, log.Submission, bool, error) {
+func (s *Server) viewCursor(ctx context.Context, key record.Key, subID string) (DeltaCursor, record.Submission, bool, error) {
 	cur := s.followDeltas(ctx, key)
 	sub, err := s.db.Submission(ctx, subID)
 	if err != nil {
@@ -182,7 +184,7 @@ func (s *Server) viewCursor(ctx context.Context, key log.Key, subID string) (Del
 		}
 		return nil, sub, false, err
 	}
-	return cur, sub, sub.Status == log.StatusAdmitted, nil
+	return cur, sub, sub.Status == record.StatusAdmitted, nil
 }
 
 // adapterRequest reads a streaming adapter's POST: its agent and its JSON

@@ -9,6 +9,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/convlog/convlog/internal/auth"
+	"github.com/convlog/convlog/transport/wire"
 )
 
 // allowConversation checks, with access control on, that the caller's
@@ -45,7 +46,7 @@ func (s *Server) drawDelivery(c echo.Context) error {
 	}
 	if ok, wait := s.limits.AllowDelivery(p); !ok {
 		c.Response().Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
-		return s.refused(&APIError{Status: http.StatusTooManyRequests, Code: CodeRateLimited,
+		return s.refused(&wire.APIError{Status: http.StatusTooManyRequests, Code: wire.CodeRateLimited,
 			Message: "too many deliveries from this principal; retry after the Retry-After seconds"}, "deliveries")
 	}
 	return nil
@@ -61,14 +62,14 @@ func (s *Server) drawDelivery(c echo.Context) error {
 func (s *Server) beginStream(c echo.Context) (release func(), err error) {
 	if n := s.streams.Add(1); n > int64(s.opts.MaxStreams) {
 		s.streams.Add(-1)
-		return nil, overloaded(c, CodeTooManyStreams, "%d streams are open, the most this server takes; retry shortly, or read by polling", s.opts.MaxStreams)
+		return nil, overloaded(c, wire.CodeTooManyStreams, "%d streams are open, the most this server takes; retry shortly, or read by polling", s.opts.MaxStreams)
 	}
 	free := func() {}
 	if p, ok := PrincipalOf(c); ok && s.limits != nil {
 		f, ok := s.limits.OpenStream(p)
 		if !ok {
 			s.streams.Add(-1)
-			return nil, s.refused(overloaded(c, CodeTooManyStreams,
+			return nil, s.refused(overloaded(c, wire.CodeTooManyStreams,
 				"this principal has %d streams open, the most it may; close one first", s.opts.Limits.Streams), "streams")
 		}
 		free = f

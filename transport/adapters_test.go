@@ -15,7 +15,8 @@ import (
 	"time"
 
 	"github.com/convlog/convlog/log"
-	"github.com/convlog/convlog/transport"
+	"github.com/convlog/convlog/log/record"
+	"github.com/convlog/convlog/transport/wire"
 )
 
 // liveBody reads a streaming response in the background, so that a test
@@ -110,14 +111,14 @@ func (lb *liveBody) end(t testing.TB) string {
 type fakeTurn struct {
 	t   testing.TB
 	e   *env
-	key log.Key
+	key record.Key
 	sub string
 	id  string
 }
 
 // awaitSubmission polls until key has an unsettled submission and starts a
 // turn for it.
-func awaitTurn(t testing.TB, e *env, key log.Key, turnID string) *fakeTurn {
+func awaitTurn(t testing.TB, e *env, key record.Key, turnID string) *fakeTurn {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -153,20 +154,20 @@ func (ft *fakeTurn) toolFrame(id, name string, args string) {
 	ft.frame(map[string]any{"type": "toolcall_delta", "toolCallId": id, "toolName": name, "args": json.RawMessage(args)})
 }
 
-func (ft *fakeTurn) entry(typ string, payload any) log.Record {
+func (ft *fakeTurn) entry(typ string, payload any) record.Record {
 	p, _ := json.Marshal(payload)
-	return log.EntryRecord(log.Entry{Type: typ, Payload: p, SubmissionID: ft.sub, TurnID: ft.id})
+	return record.EntryRecord(record.Entry{Type: typ, Payload: p, SubmissionID: ft.sub, TurnID: ft.id})
 }
 
-func (ft *fakeTurn) write(recs []log.Record, settle ...log.Settlement) {
+func (ft *fakeTurn) write(recs []record.Record, settle ...record.Settlement) {
 	ft.t.Helper()
 	if _, err := ft.e.db.Write(context.Background(), log.Write{Key: ft.key, Records: recs, TurnID: ft.id, Settle: settle}); err != nil {
 		ft.t.Fatal(err)
 	}
 }
 
-func (ft *fakeTurn) message(parts ...log.Part) log.Record {
-	return ft.entry(log.EntryAssistantMessage, log.MessagePayload{Parts: parts})
+func (ft *fakeTurn) message(parts ...record.Part) record.Record {
+	return ft.entry(record.EntryAssistantMessage, record.MessagePayload{Parts: parts})
 }
 
 // script runs a turn with every kind of record and frame: reasoning, text,
@@ -174,7 +175,7 @@ func (ft *fakeTurn) message(parts ...log.Part) log.Record {
 // more than its deltas did (a lost frame), then the settlement. wait(s)
 // waits until the client received the output of the step, so that the bytes
 // do not depend on timing.
-func (ft *fakeTurn) script(wait func(step string), outcome log.Outcome) {
+func (ft *fakeTurn) script(wait func(step string), outcome record.Outcome) {
 	ft.delta("reasoning", "Let me think.")
 	wait("reasoning")
 	ft.delta("text", "Hel")
@@ -182,23 +183,23 @@ func (ft *fakeTurn) script(wait func(step string), outcome log.Outcome) {
 	ft.delta("text", "lo")
 	wait("lo")
 	ft.toolFrame("call_1", "lookup", `{"q":"x"}`)
-	ft.write([]log.Record{ft.message(
-		log.Part{Type: log.PartReasoning, Text: "Let me think."},
-		log.Part{Type: log.PartText, Text: "Hello"},
-		log.Part{Type: log.PartToolCall, ToolCallID: "call_1", ToolName: "lookup", Input: json.RawMessage(`{"q":"x"}`)},
+	ft.write([]record.Record{ft.message(
+		record.Part{Type: record.PartReasoning, Text: "Let me think."},
+		record.Part{Type: record.PartText, Text: "Hello"},
+		record.Part{Type: record.PartToolCall, ToolCallID: "call_1", ToolName: "lookup", Input: json.RawMessage(`{"q":"x"}`)},
 	)})
 	wait("call_1")
-	ft.write([]log.Record{ft.entry(log.EntryToolResult, log.ToolResultPayload{ToolCallID: "call_1", ToolName: "lookup", Output: json.RawMessage(`{"answer":42}`)})})
+	ft.write([]record.Record{ft.entry(record.EntryToolResult, record.ToolResultPayload{ToolCallID: "call_1", ToolName: "lookup", Output: json.RawMessage(`{"answer":42}`)})})
 	wait("42")
 	ft.delta("text", ", world")
 	wait(", world")
-	st := log.Settlement{SubmissionID: ft.sub, Outcome: outcome}
-	last := log.Part{Type: log.PartText, Text: ", world!"}
-	if outcome == log.OutcomeFailed {
-		st.Error = &log.Failure{Code: "agent_failed", Message: "the model went away", Retryable: true}
+	st := record.Settlement{SubmissionID: ft.sub, Outcome: outcome}
+	last := record.Part{Type: record.PartText, Text: ", world!"}
+	if outcome == record.OutcomeFailed {
+		st.Error = &record.Failure{Code: "agent_failed", Message: "the model went away", Retryable: true}
 		last.Text = ", world"
 	}
-	ft.write([]log.Record{ft.message(last)}, st)
+	ft.write([]record.Record{ft.message(last)}, st)
 }
 
 func aiSDKBody(chatID, msgID, text string) string {
@@ -210,7 +211,7 @@ func aiSDKBody(chatID, msgID, text string) string {
 }
 
 func TestAISDKStreamGolden(t *testing.T) {
-	for _, outcome := range []log.Outcome{log.OutcomeCompleted, log.OutcomeFailed} {
+	for _, outcome := range []record.Outcome{record.OutcomeCompleted, record.OutcomeFailed} {
 		t.Run(string(outcome), func(t *testing.T) {
 			e := newEnv(t)
 			lb := openLive(t, e, http.MethodPost, "/ai-sdk/echo", aiSDKBody("chat1", "m1", "hi"), nil)
@@ -218,7 +219,7 @@ func TestAISDKStreamGolden(t *testing.T) {
 				lb.resp.Header.Get("Content-Type") != "text/event-stream" {
 				t.Fatalf("%d %v", lb.resp.StatusCode, lb.resp.Header)
 			}
-			ft := awaitTurn(t, e, log.Key{Agent: "echo", Instance: "chat1", Session: "default"}, "turn_1")
+			ft := awaitTurn(t, e, record.Key{Agent: "echo", Instance: "chat1", Session: "default"}, "turn_1")
 			ft.script(func(step string) {
 				if step == "reasoning" {
 					step = "Let me think."
@@ -274,7 +275,7 @@ func TestAISDKResume(t *testing.T) {
 		t.Fatalf("idle resume: %d", status)
 	}
 	first := openLive(t, e, http.MethodPost, "/ai-sdk/echo", aiSDKBody("chat2", "m1", "hi"), nil)
-	ft := awaitTurn(t, e, log.Key{Agent: "echo", Instance: "chat2", Session: "default"}, "turn_r")
+	ft := awaitTurn(t, e, record.Key{Agent: "echo", Instance: "chat2", Session: "default"}, "turn_r")
 	ft.delta("text", "Hel")
 	first.waitFor(t, "Hel")
 	first.resp.Body.Close() // the client is cut off mid-answer
@@ -286,15 +287,15 @@ func TestAISDKResume(t *testing.T) {
 	resumed.waitFor(t, `"type":"start-step"`)
 	ft.delta("text", "lo")
 	ft.toolFrame("call_9", "clock", `{}`)
-	ft.write([]log.Record{ft.message(
-		log.Part{Type: log.PartText, Text: "Hello"},
-		log.Part{Type: log.PartToolCall, ToolCallID: "call_9", ToolName: "clock", Input: json.RawMessage(`{}`)},
+	ft.write([]record.Record{ft.message(
+		record.Part{Type: record.PartText, Text: "Hello"},
+		record.Part{Type: record.PartToolCall, ToolCallID: "call_9", ToolName: "clock", Input: json.RawMessage(`{}`)},
 	)})
 	resumed.waitFor(t, "call_9")
 	// After a tool call the resumed reader follows the next segment live.
 	ft.delta("text", " again")
 	resumed.waitFor(t, " again")
-	ft.write([]log.Record{ft.message(log.Part{Type: log.PartText, Text: " again"})}, log.Settlement{SubmissionID: ft.sub, Outcome: log.OutcomeCompleted})
+	ft.write([]record.Record{ft.message(record.Part{Type: record.PartText, Text: " again"})}, record.Settlement{SubmissionID: ft.sub, Outcome: record.OutcomeCompleted})
 	body := resumed.end(t)
 	if got := answerText(t, body); got != "Hello again" {
 		t.Fatalf("resumed answer %q:\n%s", got, body)
@@ -344,7 +345,7 @@ func TestAISDKErrors(t *testing.T) {
 }
 
 func TestAGUIStreamGolden(t *testing.T) {
-	for _, outcome := range []log.Outcome{log.OutcomeCompleted, log.OutcomeFailed} {
+	for _, outcome := range []record.Outcome{record.OutcomeCompleted, record.OutcomeFailed} {
 		t.Run(string(outcome), func(t *testing.T) {
 			e := newEnv(t)
 			in := `{"threadId":"thread1","runId":"run1","state":{},"tools":[],"context":[],"forwardedProps":{},
@@ -353,7 +354,7 @@ func TestAGUIStreamGolden(t *testing.T) {
 			if lb.resp.StatusCode != http.StatusOK {
 				t.Fatalf("%d", lb.resp.StatusCode)
 			}
-			ft := awaitTurn(t, e, log.Key{Agent: "echo", Instance: "thread1", Session: "default"}, "turn_1")
+			ft := awaitTurn(t, e, record.Key{Agent: "echo", Instance: "thread1", Session: "default"}, "turn_1")
 			ft.script(func(step string) {
 				if step == "reasoning" {
 					step = "Let me think."
@@ -388,7 +389,7 @@ func a2aMessage(contextID, msgID, text string) map[string]any {
 }
 
 func TestA2AStreamGolden(t *testing.T) {
-	for _, outcome := range []log.Outcome{log.OutcomeCompleted, log.OutcomeFailed} {
+	for _, outcome := range []record.Outcome{record.OutcomeCompleted, record.OutcomeFailed} {
 		t.Run(string(outcome), func(t *testing.T) {
 			e := newEnv(t)
 			b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": "s1", "method": "SendStreamingMessage",
@@ -397,7 +398,7 @@ func TestA2AStreamGolden(t *testing.T) {
 			if lb.resp.StatusCode != http.StatusOK || lb.resp.Header.Get("Content-Type") != "text/event-stream" {
 				t.Fatalf("%d %v", lb.resp.StatusCode, lb.resp.Header)
 			}
-			ft := awaitTurn(t, e, log.Key{Agent: "echo", Instance: "ctx1", Session: "default"}, "turn_1")
+			ft := awaitTurn(t, e, record.Key{Agent: "echo", Instance: "ctx1", Session: "default"}, "turn_1")
 			lb.waitFor(t, `"task"`)
 			ft.script(func(step string) {
 				switch step {
@@ -418,7 +419,7 @@ func TestA2AMethods(t *testing.T) {
 	var e *env
 	e = newEnv(t, func(o *envConfig) {
 		o.A2ADefaultAgent = "echo"
-		o.Abort = func(ctx context.Context, id string) (log.Submission, error) {
+		o.Abort = func(ctx context.Context, id string) (record.Submission, error) {
 			sub, err := e.db.Submission(ctx, id)
 			if err != nil {
 				return sub, err
@@ -426,8 +427,8 @@ func TestA2AMethods(t *testing.T) {
 			if sub.Status.Terminal() {
 				return sub, log.ErrSubmissionSettled
 			}
-			_, err = e.db.Write(ctx, log.Write{Key: sub.Key, Settle: []log.Settlement{{SubmissionID: id, Outcome: log.OutcomeAborted,
-				Error: &log.Failure{Code: "aborted", Message: "aborted before it ran"}}}})
+			_, err = e.db.Write(ctx, log.Write{Key: sub.Key, Settle: []record.Settlement{{SubmissionID: id, Outcome: record.OutcomeAborted,
+				Error: &record.Failure{Code: "aborted", Message: "aborted before it ran"}}}})
 			aborted <- id
 			return sub, err
 		}
@@ -449,9 +450,9 @@ func TestA2AMethods(t *testing.T) {
 	go func() {
 		done <- a2aCall(t, e, "SendMessage", map[string]any{"message": a2aMessage("ctx2", "m1", "hi")})
 	}()
-	key := log.Key{Agent: "echo", Instance: "ctx2", Session: "default"}
+	key := record.Key{Agent: "echo", Instance: "ctx2", Session: "default"}
 	ft := awaitTurn(t, e, key, "turn_a")
-	ft.write([]log.Record{ft.message(log.Part{Type: log.PartText, Text: "hello there"})}, log.Settlement{SubmissionID: ft.sub, Outcome: log.OutcomeCompleted})
+	ft.write([]record.Record{ft.message(record.Part{Type: record.PartText, Text: "hello there"})}, record.Settlement{SubmissionID: ft.sub, Outcome: record.OutcomeCompleted})
 	resp := <-done
 	task := resp["result"].(map[string]any)["task"].(map[string]any)
 	if task["id"] != ft.sub || task["contextId"] != "ctx2" || task["status"].(map[string]any)["state"] != "TASK_STATE_COMPLETED" {
@@ -550,7 +551,7 @@ func TestAdapterCORS(t *testing.T) {
 
 func TestStreamNDJSON(t *testing.T) {
 	e := newEnv(t, func(o *envConfig) { o.Heartbeat = 20 * time.Millisecond })
-	key := log.Key{Agent: "echo", Instance: "nd", Session: "default"}
+	key := record.Key{Agent: "echo", Instance: "nd", Session: "default"}
 	if _, err := e.db.Append(context.Background(), key, userText("one")); err != nil {
 		t.Fatal(err)
 	}
@@ -599,7 +600,7 @@ func TestStreamNDJSON(t *testing.T) {
 
 func TestConversationLongPoll(t *testing.T) {
 	e := newEnv(t)
-	key := log.Key{Agent: "echo", Instance: "lp", Session: "default"}
+	key := record.Key{Agent: "echo", Instance: "lp", Session: "default"}
 	// Nothing comes: the timeout answers 200, up to date, no batches.
 	status, _, body := e.do(t, http.MethodGet, "/agents/echo/lp/conversation?live=long-poll&timeout=10ms", nil, nil)
 	var page struct {
@@ -653,10 +654,10 @@ func TestConversationLongPoll(t *testing.T) {
 func TestAISDKLateDeltas(t *testing.T) {
 	e := newEnv(t)
 	lb := openLive(t, e, http.MethodPost, "/ai-sdk/echo", aiSDKBody("late", "m1", "hi"), nil)
-	ft := awaitTurn(t, e, log.Key{Agent: "echo", Instance: "late", Session: "default"}, "turn_l")
-	ft.write([]log.Record{ft.message(
-		log.Part{Type: log.PartText, Text: "abc"},
-		log.Part{Type: log.PartToolCall, ToolCallID: "call_x", ToolName: "t", Input: json.RawMessage(`{}`)},
+	ft := awaitTurn(t, e, record.Key{Agent: "echo", Instance: "late", Session: "default"}, "turn_l")
+	ft.write([]record.Record{ft.message(
+		record.Part{Type: record.PartText, Text: "abc"},
+		record.Part{Type: record.PartToolCall, ToolCallID: "call_x", ToolName: "t", Input: json.RawMessage(`{}`)},
 	)})
 	lb.waitFor(t, "tool-input-available")
 	ft.delta("text", "ab") // late: already in the record
@@ -664,7 +665,7 @@ func TestAISDKLateDeltas(t *testing.T) {
 	ft.toolFrame("call_x", "t", `{}`)
 	ft.delta("text", "de")
 	lb.waitFor(t, `"delta":"de"`)
-	ft.write([]log.Record{ft.message(log.Part{Type: log.PartText, Text: "def"})}, log.Settlement{SubmissionID: ft.sub, Outcome: log.OutcomeCompleted})
+	ft.write([]record.Record{ft.message(record.Part{Type: record.PartText, Text: "def"})}, record.Settlement{SubmissionID: ft.sub, Outcome: record.OutcomeCompleted})
 	body := lb.end(t)
 	if got := answerText(t, body); got != "abcdef" {
 		t.Fatalf("answer %q:\n%s", got, body)
@@ -675,8 +676,8 @@ func TestAISDKLateDeltas(t *testing.T) {
 // this submission's answer.
 func TestAISDKOtherTurnIgnored(t *testing.T) {
 	e := newEnv(t)
-	key := log.Key{Agent: "echo", Instance: "two", Session: "default"}
-	first, _, err := e.db.Admit(context.Background(), log.Admission{Key: key, Records: []log.Record{userText("first")}})
+	key := record.Key{Agent: "echo", Instance: "two", Session: "default"}
+	first, _, err := e.db.Admit(context.Background(), log.Admission{Key: key, Records: []record.Record{userText("first")}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -687,11 +688,11 @@ func TestAISDKOtherTurnIgnored(t *testing.T) {
 	lb.waitFor(t, `"type":"start-step"`)
 	other := &fakeTurn{t: t, e: e, key: key, sub: first.ID, id: "turn_first"}
 	other.delta("text", "not mine")
-	other.write([]log.Record{other.message(log.Part{Type: log.PartText, Text: "not mine"})}, log.Settlement{SubmissionID: first.ID, Outcome: log.OutcomeCompleted})
+	other.write([]record.Record{other.message(record.Part{Type: record.PartText, Text: "not mine"})}, record.Settlement{SubmissionID: first.ID, Outcome: record.OutcomeCompleted})
 	ft := awaitTurn(t, e, key, "turn_second")
 	ft.delta("text", "mine")
 	lb.waitFor(t, `"delta":"mine"`)
-	ft.write([]log.Record{ft.message(log.Part{Type: log.PartText, Text: "mine"})}, log.Settlement{SubmissionID: ft.sub, Outcome: log.OutcomeCompleted})
+	ft.write([]record.Record{ft.message(record.Part{Type: record.PartText, Text: "mine"})}, record.Settlement{SubmissionID: ft.sub, Outcome: record.OutcomeCompleted})
 	if got := answerText(t, lb.end(t)); got != "mine" {
 		t.Fatalf("answer %q", got)
 	}
@@ -701,10 +702,10 @@ func TestAISDKOtherTurnIgnored(t *testing.T) {
 // delivers it again and streams the new answer.
 func TestAISDKRegenerate(t *testing.T) {
 	e := newEnv(t)
-	key := log.Key{Agent: "echo", Instance: "regen", Session: "default"}
+	key := record.Key{Agent: "echo", Instance: "regen", Session: "default"}
 	first := openLive(t, e, http.MethodPost, "/ai-sdk/echo", aiSDKBody("regen", "m1", "hi"), nil)
 	ft := awaitTurn(t, e, key, "turn_1")
-	ft.write([]log.Record{ft.message(log.Part{Type: log.PartText, Text: "first answer"})}, log.Settlement{SubmissionID: ft.sub, Outcome: log.OutcomeCompleted})
+	ft.write([]record.Record{ft.message(record.Part{Type: record.PartText, Text: "first answer"})}, record.Settlement{SubmissionID: ft.sub, Outcome: record.OutcomeCompleted})
 	if got := answerText(t, first.end(t)); got != "first answer" {
 		t.Fatalf("first %q", got)
 	}
@@ -717,7 +718,7 @@ func TestAISDKRegenerate(t *testing.T) {
 	if second.sub == ft.sub {
 		t.Fatal("no new submission")
 	}
-	second.write([]log.Record{second.message(log.Part{Type: log.PartText, Text: "second answer"})}, log.Settlement{SubmissionID: second.sub, Outcome: log.OutcomeCompleted})
+	second.write([]record.Record{second.message(record.Part{Type: record.PartText, Text: "second answer"})}, record.Settlement{SubmissionID: second.sub, Outcome: record.OutcomeCompleted})
 	if got := answerText(t, again.end(t)); got != "second answer" {
 		t.Fatalf("regenerated %q", got)
 	}
@@ -758,7 +759,7 @@ func TestAdapterInputs(t *testing.T) {
 		if lb.resp.StatusCode != http.StatusBadRequest {
 			t.Fatalf("stored: %d", lb.resp.StatusCode)
 		}
-		if b := lb.end(t); !strings.Contains(b, transport.CodeBadRequest) {
+		if b := lb.end(t); !strings.Contains(b, wire.CodeBadRequest) {
 			t.Errorf("%s", b)
 		}
 	})
@@ -820,7 +821,7 @@ type countingLog struct {
 	subs atomic.Int64
 }
 
-func (l *countingLog) Submission(ctx context.Context, id string) (log.Submission, error) {
+func (l *countingLog) Submission(ctx context.Context, id string) (record.Submission, error) {
 	l.subs.Add(1)
 	return l.DB.Submission(ctx, id)
 }
@@ -863,8 +864,8 @@ func TestA2ATaskHistory(t *testing.T) {
 	if h := hist(task); len(h) != 1 || h[0].(map[string]any)["role"] != "ROLE_USER" || h[0].(map[string]any)["messageId"] != "mH" {
 		t.Fatalf("SendMessage history: %v", task)
 	}
-	ft := awaitTurn(t, e, log.Key{Agent: "echo", Instance: "ctxH", Session: "default"}, "turn_h")
-	ft.write([]log.Record{ft.message(log.Part{Type: log.PartText, Text: "answer"})}, log.Settlement{SubmissionID: ft.sub, Outcome: log.OutcomeCompleted})
+	ft := awaitTurn(t, e, record.Key{Agent: "echo", Instance: "ctxH", Session: "default"}, "turn_h")
+	ft.write([]record.Record{ft.message(record.Part{Type: record.PartText, Text: "answer"})}, record.Settlement{SubmissionID: ft.sub, Outcome: record.OutcomeCompleted})
 	for _, c := range []struct {
 		length any
 		roles  string

@@ -8,7 +8,6 @@ import (
 
 	"github.com/convlog/convlog/internal/auth"
 	"github.com/convlog/convlog/internal/conversation/turnview"
-	"github.com/convlog/convlog/log"
 	"github.com/labstack/echo/v4"
 
 	"github.com/convlog/convlog/log/record"
@@ -40,7 +39,7 @@ type aguiContent struct {
 	Filename string `json:"filename"`
 }
 
-func decodeAGUI(body []byte) (in aguiInput, msgID string, p log.MessagePayload, err error) {
+func decodeAGUI(body []byte) (in aguiInput, msgID string, p record.MessagePayload, err error) {
 	if err := json.Unmarshal(body, &in); err != nil {
 		return in, "", p, badRequest("%s", describeJSONError(err, ""))
 	}
@@ -63,7 +62,7 @@ func decodeAGUI(body []byte) (in aguiInput, msgID string, p log.MessagePayload, 
 			return in, "", p, badRequest(`"content": %s`, describeJSONError(err, ""))
 		}
 		if strings.TrimSpace(text) != "" {
-			p.Parts = append(p.Parts, log.Part{Type: log.PartText, Text: text})
+			p.Parts = append(p.Parts, record.Part{Type: record.PartText, Text: text})
 		}
 	} else if !isNull(last.Content) {
 		var parts []aguiContent
@@ -71,10 +70,10 @@ func decodeAGUI(body []byte) (in aguiInput, msgID string, p log.MessagePayload, 
 			return in, "", p, badRequest(`"content" must be a string or an array of parts`)
 		}
 		for _, c := range parts {
-			var lp log.Part
+			var lp record.Part
 			switch {
 			case c.Type == "text" && c.Text != "":
-				lp = log.Part{Type: log.PartText, Text: c.Text}
+				lp = record.Part{Type: record.PartText, Text: c.Text}
 			case c.Type == "binary" && c.MimeType != "" && (c.URL != "" || c.Data != ""):
 				u := c.URL
 				if u == "" {
@@ -85,7 +84,7 @@ func decodeAGUI(body []byte) (in aguiInput, msgID string, p log.MessagePayload, 
 					}
 					u = "data:" + c.MimeType + ";base64," + c.Data
 				}
-				lp = log.Part{Type: log.PartFile, MediaType: c.MimeType, URL: u, Filename: c.Filename}
+				lp = record.Part{Type: record.PartFile, MediaType: c.MimeType, URL: u, Filename: c.Filename}
 			default:
 				continue
 			}
@@ -133,7 +132,7 @@ func (s *Server) agUIRun(c echo.Context) error {
 	}
 	defer endStream()
 	ctx := c.Request().Context()
-	key := log.Key{Agent: agent, Instance: in.ThreadID, Session: log.DefaultSession}
+	key := record.Key{Agent: agent, Instance: in.ThreadID, Session: record.DefaultSession}
 	cur := s.followDeltas(ctx, key)
 	if cur != nil {
 		defer cur.Close()
@@ -150,7 +149,7 @@ func (s *Server) agUIRun(c echo.Context) error {
 		if sub, err = s.db.Submission(ctx, sub.ID); err != nil {
 			return err
 		}
-		fresh = sub.Status == log.StatusAdmitted
+		fresh = sub.Status == record.StatusAdmitted
 	}
 	w := s.openSSE(c, nil)
 	defer w.release()
@@ -241,9 +240,9 @@ func (k *aguiSink) Emit(ev turnview.Event) {
 	case turnview.OpFinish:
 		k.closeOpen()
 		switch ev.Outcome {
-		case log.OutcomeCompleted:
+		case record.OutcomeCompleted:
 			k.event(aguiEvent{Type: "RUN_FINISHED", ThreadID: k.threadID, RunID: k.runID})
-		case log.OutcomeAborted:
+		case record.OutcomeAborted:
 			k.event(aguiEvent{Type: "RUN_FINISHED", ThreadID: k.threadID, RunID: k.runID, Outcome: json.RawMessage(`{"type":"cancelled"}`)})
 		default:
 			code := "failed"

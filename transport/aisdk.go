@@ -13,6 +13,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/convlog/convlog/log/record"
+	"github.com/convlog/convlog/transport/wire"
 )
 
 // The Vercel AI SDK adapter: a useChat endpoint speaking the UI message
@@ -56,7 +57,7 @@ var errRegenerate = errors.New("regenerate")
 
 // decodeAIChat reads a useChat request: the chat id and the payload of its
 // last (user) message.
-func decodeAIChat(body []byte) (chatID, msgID string, p log.MessagePayload, err error) {
+func decodeAIChat(body []byte) (chatID, msgID string, p record.MessagePayload, err error) {
 	var req aiChatRequest
 	if err := json.Unmarshal(body, &req); err != nil {
 		return "", "", p, badRequest("%s", describeJSONError(err, ""))
@@ -85,15 +86,15 @@ func decodeAIChat(body []byte) (chatID, msgID string, p log.MessagePayload, err 
 		return "", "", p, badRequest(`the last message must be the user's, not %q`, record.Clip(last.Role, 40))
 	}
 	for i, part := range last.Parts {
-		var lp log.Part
+		var lp record.Part
 		switch part.Type {
 		case "text":
 			if part.Text == "" {
 				continue
 			}
-			lp = log.Part{Type: log.PartText, Text: part.Text}
+			lp = record.Part{Type: record.PartText, Text: part.Text}
 		case "file":
-			lp = log.Part{Type: log.PartFile, MediaType: part.MediaType, URL: part.URL, Filename: part.Filename}
+			lp = record.Part{Type: record.PartFile, MediaType: part.MediaType, URL: part.URL, Filename: part.Filename}
 		default:
 			continue // UI-only parts (step-start, sources, data-*) are not input
 		}
@@ -140,7 +141,7 @@ func (s *Server) aiSDKChat(c echo.Context) error {
 	}
 	defer endStream()
 	ctx := c.Request().Context()
-	key := log.Key{Agent: agent, Instance: chatID, Session: log.DefaultSession}
+	key := record.Key{Agent: agent, Instance: chatID, Session: record.DefaultSession}
 	// The cursor before the admission: every frame of the new turn is seen.
 	cur := s.followDeltas(ctx, key)
 	if cur != nil {
@@ -156,7 +157,7 @@ func (s *Server) aiSDKChat(c echo.Context) error {
 		if sub, err = s.db.Submission(ctx, sub.ID); err != nil {
 			return err
 		}
-		fresh = sub.Status == log.StatusAdmitted
+		fresh = sub.Status == record.StatusAdmitted
 	}
 	return s.aiSDKServe(c, key, sub, cur, fresh)
 }
@@ -179,7 +180,7 @@ func (s *Server) aiSDKResume(c echo.Context) error {
 		return err
 	}
 	ctx := c.Request().Context()
-	key := log.Key{Agent: agent, Instance: chatID, Session: log.DefaultSession}
+	key := record.Key{Agent: agent, Instance: chatID, Session: record.DefaultSession}
 	pending, err := s.db.Pending(ctx, key)
 	if err != nil {
 		return err
@@ -208,7 +209,7 @@ func (s *Server) aiSDKResume(c echo.Context) error {
 // message id the SDK names makes a retry idempotent.
 func (s *Server) aiSDKRegenerate(c echo.Context, agent, chatID, msgID string) error {
 	if s.stopAd.Load() {
-		return apiErr(http.StatusServiceUnavailable, CodeShuttingDown, "the server is shutting down and changes nothing")
+		return apiErr(http.StatusServiceUnavailable, wire.CodeShuttingDown, "the server is shutting down and changes nothing")
 	}
 	// Regenerating rewinds the conversation: manage, as on the native route.
 	if err := s.allowConversation(c, agent, chatID, auth.VerbManage, auth.VerbRead); err != nil {
@@ -223,7 +224,7 @@ func (s *Server) aiSDKRegenerate(c echo.Context, agent, chatID, msgID string) er
 	}
 	defer endStream()
 	ctx := c.Request().Context()
-	key := log.Key{Agent: agent, Instance: chatID, Session: log.DefaultSession}
+	key := record.Key{Agent: agent, Instance: chatID, Session: record.DefaultSession}
 	ch := log.Change{Kind: log.ChangeRegenerate, Key: key}
 	p, authed := PrincipalOf(c)
 	if authed {
@@ -255,12 +256,12 @@ func (s *Server) aiSDKRegenerate(c echo.Context, agent, chatID, msgID string) er
 		if sub, err = s.db.Submission(ctx, sub.ID); err != nil {
 			return err
 		}
-		fresh = sub.Status == log.StatusAdmitted
+		fresh = sub.Status == record.StatusAdmitted
 	}
 	return s.aiSDKServe(c, key, sub, cur, fresh)
 }
 
-func (s *Server) aiSDKServe(c echo.Context, key log.Key, sub log.Submission, cur DeltaCursor, fresh bool) error {
+func (s *Server) aiSDKServe(c echo.Context, key record.Key, sub record.Submission, cur DeltaCursor, fresh bool) error {
 	w := s.openSSE(c, map[string]string{aiSDKStreamHeader: "v1"})
 	defer w.release()
 	sink := &aiSDKSink{w: w}
@@ -363,10 +364,10 @@ func (k *aiSDKSink) Emit(ev turnview.Event) {
 		k.chunk(map[string]string{"type": "finish-step"})
 		reason := "stop"
 		switch ev.Outcome {
-		case log.OutcomeFailed:
+		case record.OutcomeFailed:
 			reason = "error"
 			k.chunk(aiError{Type: "error", ErrorText: failureText(ev.Failure, ev.Outcome)})
-		case log.OutcomeAborted:
+		case record.OutcomeAborted:
 			reason = "other"
 			k.chunk(aiAbort{Type: "abort", Reason: failureText(ev.Failure, ev.Outcome)})
 		}

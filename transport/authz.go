@@ -10,7 +10,8 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/convlog/convlog/internal/auth"
-	"github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
+	"github.com/convlog/convlog/transport/wire"
 )
 
 // Authenticator is what the server needs of access control;
@@ -117,7 +118,7 @@ func (s *Server) authorize(next echo.HandlerFunc) echo.HandlerFunc {
 		if err != nil {
 			s.log.DebugContext(req.Context(), "unauthenticated request", "path", req.URL.Path, "err", err)
 			c.Response().Header().Set(echo.HeaderWWWAuthenticate, `Bearer realm="convlog"`)
-			return s.refused(&APIError{Status: http.StatusUnauthorized, Code: CodeUnauthorized, Cause: err,
+			return s.refused(&wire.APIError{Status: http.StatusUnauthorized, Code: wire.CodeUnauthorized, Cause: err,
 				Message: "a valid bearer token is required (Authorization: Bearer …)"}, "")
 		}
 		c.Set(principalKey, p)
@@ -162,7 +163,7 @@ func (s *Server) authenticate(c echo.Context, rule access) (auth.Principal, erro
 	}
 	session := c.QueryParam("session")
 	if session == "" {
-		session = log.DefaultSession
+		session = record.DefaultSession
 	}
 	return s.streamTokens.Verify(tok, auth.Conversation{Agent: pathParam(c, "name"), Instance: pathParam(c, "instanceId"), Session: session}, time.Now())
 }
@@ -195,14 +196,14 @@ func (s *Server) streamToken(c echo.Context) error {
 }
 
 // refused counts a refusal of access control, then returns it.
-func (s *Server) refused(e *APIError, limit string) *APIError {
+func (s *Server) refused(e *wire.APIError, limit string) *wire.APIError {
 	if s.opts.Observer != nil {
 		s.opts.Observer.AccessRefused(e.Code, limit)
 	}
 	return e
 }
 
-func forbidden() *APIError {
-	return &APIError{Status: http.StatusForbidden, Code: CodeForbidden,
+func forbidden() *wire.APIError {
+	return &wire.APIError{Status: http.StatusForbidden, Code: wire.CodeForbidden,
 		Message: "the token does not allow this on this conversation, or the conversation does not exist"}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/convlog/convlog/internal/conversation"
 	"github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/worker"
 )
 
@@ -20,13 +21,13 @@ func (noConversations) Agent(name string) (worker.AgentOptions, error) {
 	return worker.AgentOptions{}, conversation.ErrUnknownAgent
 }
 func (noConversations) Agents() []worker.AgentInfo { return nil }
-func (noConversations) Admit(context.Context, log.Admission) (log.Submission, bool, error) {
-	return log.Submission{}, false, conversation.ErrUnknownAgent
+func (noConversations) Admit(context.Context, log.Admission) (record.Submission, bool, error) {
+	return record.Submission{}, false, conversation.ErrUnknownAgent
 }
-func (noConversations) Abort(context.Context, string) (log.Submission, error) {
-	return log.Submission{}, log.ErrSubmissionNotFound
+func (noConversations) Abort(context.Context, string) (record.Submission, error) {
+	return record.Submission{}, log.ErrSubmissionNotFound
 }
-func (noConversations) AbortSession(context.Context, log.Key) error { return nil }
+func (noConversations) AbortSession(context.Context, record.Key) error { return nil }
 func (noConversations) Change(context.Context, log.Change) (log.ChangeResult, bool, error) {
 	return log.ChangeResult{}, false, conversation.ErrUnknownAgent
 }

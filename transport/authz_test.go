@@ -15,7 +15,9 @@ import (
 
 	"github.com/convlog/convlog/internal/auth"
 	"github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/transport"
+	"github.com/convlog/convlog/transport/wire"
 )
 
 // staticTokens makes an authenticator of static tokens: token -> scopes.
@@ -53,8 +55,8 @@ func TestAccessMatrix(t *testing.T) {
 	})
 	// With an abort, so that its route is registered and in the matrix.
 	e := newEnv(t, withAuth(a, auth.Limits{}), func(o *envConfig) {
-		o.Abort = func(context.Context, string) (log.Submission, error) {
-			return log.Submission{}, log.ErrSubmissionNotFound
+		o.Abort = func(context.Context, string) (record.Submission, error) {
+			return record.Submission{}, log.ErrSubmissionNotFound
 		}
 	})
 	const secret = "the secret alice told the agent"
@@ -221,7 +223,7 @@ func TestStreamCap(t *testing.T) {
 	}
 	defer resp.Body.Close()
 	st, _, body := e.do(t, http.MethodGet, "/agents/echo/i/stream?offset=0", nil, map[string]string{"Authorization": "Bearer alice"})
-	if st != http.StatusServiceUnavailable || !strings.Contains(string(body), transport.CodeTooManyStreams) {
+	if st != http.StatusServiceUnavailable || !strings.Contains(string(body), wire.CodeTooManyStreams) {
 		t.Fatalf("second stream over the cap: %d %s", st, body)
 	}
 	cancel()
@@ -457,7 +459,7 @@ func TestInstancesCursorOpaque(t *testing.T) {
 	}
 	// A cursor is bound to its agent and to this server.
 	if st, _, b := e.do(t, http.MethodGet, "/agents/echo?cursor="+base64.RawURLEncoding.EncodeToString([]byte("echo\x00\x00\x00\x00\x00\x00\x00\x00\x01dave")), nil,
-		map[string]string{"Authorization": "Bearer admin"}); st != http.StatusBadRequest || errorOf(t, b)["code"] != transport.CodeInvalidCursor {
+		map[string]string{"Authorization": "Bearer admin"}); st != http.StatusBadRequest || errorOf(t, b)["code"] != wire.CodeInvalidCursor {
 		t.Errorf("a forged cursor: %d %s", st, b)
 	}
 }

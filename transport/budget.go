@@ -11,14 +11,6 @@ import (
 	"github.com/labstack/echo/v4"
 )
 
-// Codes of the refusals that keep the server's memory and descriptors
-// bounded. Each comes with Retry-After: the condition is temporary.
-const (
-	CodeOverloaded     = wire.CodeOverloaded     // 503: the in-flight budget of request bodies or JSON pages is spent
-	CodeTooManyStreams = wire.CodeTooManyStreams // 503: MaxStreams SSE streams are open
-	CodeRequestTimeout = wire.CodeRequestTimeout // 408: the request body did not arrive within BodyReadTimeout
-)
-
 // retryAfterSeconds is the Retry-After of the 503s above: long enough for
 // in-flight requests to finish, short enough that a client does not wait
 // for nothing.
@@ -91,7 +83,7 @@ func (r *budgetReader) Read(p []byte) (int, error) {
 // overloaded is the 503 of a spent budget or a full stream table, with
 // Retry-After; the connection closes, so that a client over the limit does
 // not also keep a descriptor.
-func overloaded(c echo.Context, code, format string, args ...any) *APIError {
+func overloaded(c echo.Context, code, format string, args ...any) *wire.APIError {
 	h := c.Response().Header()
 	h.Set("Retry-After", strconv.Itoa(retryAfterSeconds))
 	h.Set(echo.HeaderConnection, "close")

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/convlog/convlog/log"
-	"github.com/convlog/convlog/transport"
+	"github.com/convlog/convlog/log/record"
+	"github.com/convlog/convlog/transport/wire"
 )
 
 // rawResponse reads one HTTP response from conn; the read deadline only
@@ -50,7 +50,7 @@ func TestBodyReadTimeout(t *testing.T) {
 	conn := dial(t, e.ts.Listener.Addr().String())
 	fmt.Fprintf(conn, "POST /agents/echo/i1 HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"message\":")
 	resp, b := rawResponse(t, conn)
-	if resp.StatusCode != http.StatusRequestTimeout || errorOf(t, b)["code"] != transport.CodeRequestTimeout {
+	if resp.StatusCode != http.StatusRequestTimeout || errorOf(t, b)["code"] != wire.CodeRequestTimeout {
 		t.Fatalf("status %d: %s", resp.StatusCode, b)
 	}
 	if !resp.Close {
@@ -114,7 +114,7 @@ func expectOverloaded(t *testing.T, e *env, body string) {
 		status, h, b = e.postJSON(t, "/agents/echo/over", body, nil)
 		return status != http.StatusAccepted
 	})
-	if errorOf(t, b)["code"] != transport.CodeOverloaded || h.Get("Retry-After") == "" {
+	if errorOf(t, b)["code"] != wire.CodeOverloaded || h.Get("Retry-After") == "" {
 		t.Fatalf("status %d, Retry-After %q: %s", status, h.Get("Retry-After"), b)
 	}
 }
@@ -129,7 +129,7 @@ func TestPageBudget(t *testing.T) {
 	if _, err := e.db.Append(ctx, streamKey, userText(big), assistantText(big), assistantText(big)); err != nil {
 		t.Fatal(err)
 	}
-	small := log.Key{Agent: "echo", Instance: "small", Session: "default"}
+	small := record.Key{Agent: "echo", Instance: "small", Session: "default"}
 	if _, err := e.db.Append(ctx, small, userText("hi")); err != nil {
 		t.Fatal(err)
 	}
@@ -144,14 +144,14 @@ func TestPageBudget(t *testing.T) {
 		t.Fatalf("stalled page: %q %v", head, err)
 	}
 	status, h, b := e.do(t, http.MethodGet, "/agents/echo/i1/conversation", nil, nil)
-	if status != http.StatusServiceUnavailable || errorOf(t, b)["code"] != transport.CodeOverloaded || h.Get("Retry-After") == "" {
+	if status != http.StatusServiceUnavailable || errorOf(t, b)["code"] != wire.CodeOverloaded || h.Get("Retry-After") == "" {
 		t.Fatalf("second large page: status %d: %.200s", status, b)
 	}
 	status, _, b = e.do(t, http.MethodGet, "/agents/echo/small/conversation", nil, nil)
 	if status != http.StatusOK {
 		t.Fatalf("small page: status %d: %s", status, b)
 	}
-	var page log.ReadResult
+	var page record.ReadResult
 	if err := json.Unmarshal(b, &page); err != nil || len(page.Batches) != 1 {
 		t.Fatalf("small page %s: %v", b, err)
 	}
@@ -164,7 +164,7 @@ func TestPageBudget(t *testing.T) {
 func TestStreamSmallPages(t *testing.T) {
 	e := newEnv(t, func(o *envConfig) { o.StreamPageBytes = 1024 })
 	ctx := testCtx(t)
-	var want []log.Offset
+	var want []record.Offset
 	for i := range 40 {
 		a, err := e.db.Append(ctx, streamKey, userText(fmt.Sprintf("%03d %s", i, strings.Repeat("r", 200))))
 		if err != nil {
@@ -172,7 +172,7 @@ func TestStreamSmallPages(t *testing.T) {
 		}
 		want = append(want, a.Offset)
 	}
-	r, err := e.c.Stream(ctx, "echo", "i1", "", log.Start)
+	r, err := e.c.Stream(ctx, "echo", "i1", "", record.Start)
 	if err != nil {
 		t.Fatal(err)
 	}

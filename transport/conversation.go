@@ -10,16 +10,11 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/convlog/convlog/log/record"
-)
-
-// Page sizes of GET .../conversation, in records.
-const (
-	DefaultPageLimit = log.DefaultReadLimit
-	MaxPageLimit     = log.MaxReadLimit
+	"github.com/convlog/convlog/transport/wire"
 )
 
 // conversation is GET /agents/:name/:instanceId/conversation: one page of
-// the stream from offset, as log.ReadResult's JSON. With live=long-poll it
+// the stream from offset, as record.ReadResult's JSON. With live=long-poll it
 // waits (timeout=, default 30s) until there are records after offset.
 func (s *Server) conversation(c echo.Context) error {
 	agent, instance, err := s.instance(c)
@@ -42,7 +37,7 @@ func (s *Server) conversation(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	var res log.ReadResult
+	var res record.ReadResult
 	if poll {
 		res, err = s.longPoll(c, key, offset, limit, wait)
 	} else {
@@ -56,7 +51,7 @@ func (s *Server) conversation(c echo.Context) error {
 		size += int64(len(bt.Records))
 	}
 	if !s.pages.take(size) {
-		return overloaded(c, CodeOverloaded, "the server holds its limit of pages being sent (%d bytes); retry shortly", s.opts.PageBudget)
+		return overloaded(c, wire.CodeOverloaded, "the server holds its limit of pages being sent (%d bytes); retry shortly", s.opts.PageBudget)
 	}
 	defer s.pages.give(size)
 	c.Response().Header().Set(echo.HeaderCacheControl, "no-store")
@@ -70,14 +65,14 @@ func (s *Server) conversation(c echo.Context) error {
 	return writeReadResult(c, res, uid)
 }
 
-// writeReadResult writes log.ReadResult's JSON by hand, and without
+// writeReadResult writes record.ReadResult's JSON by hand, and without
 // building it whole: the stored record arrays go to the socket as they are
 // (encoding/json would re-scan every byte of what the log already wrote
 // compactly), so a page costs the memory of its records once, not twice,
 // and a reader that does not read holds them only until the write
 // deadline.
 // A non-empty uid (the instance's generation) comes first.
-func writeReadResult(c echo.Context, r log.ReadResult, uid string) error {
+func writeReadResult(c echo.Context, r record.ReadResult, uid string) error {
 	glue := make([][]byte, len(r.Batches)+1) // what precedes each batch, and the tail
 	n := 0
 	head := []byte(`{`)
@@ -140,23 +135,23 @@ func writeReadResult(c echo.Context, r log.ReadResult, uid string) error {
 func queryLimit(c echo.Context) (int, error) {
 	vs, ok := c.QueryParams()["limit"]
 	if !ok {
-		return DefaultPageLimit, nil
+		return log.DefaultReadLimit, nil
 	}
 	n, err := strconv.Atoi(vs[0])
-	if err != nil || n < 1 || n > MaxPageLimit {
-		return 0, apiErr(http.StatusBadRequest, CodeInvalidLimit, "limit must be an integer from 1 to %d, not %q", MaxPageLimit, record.Clip(vs[0], 40))
+	if err != nil || n < 1 || n > log.MaxReadLimit {
+		return 0, apiErr(http.StatusBadRequest, wire.CodeInvalidLimit, "limit must be an integer from 1 to %d, not %q", log.MaxReadLimit, record.Clip(vs[0], 40))
 	}
 	return n, nil
 }
 
-func appendRecords(b []byte, recs log.RawRecords) []byte {
+func appendRecords(b []byte, recs record.RawRecords) []byte {
 	if len(recs) == 0 {
 		return append(b, "[]"...)
 	}
 	return append(b, recs...)
 }
 
-func appendIncarnation(b []byte, inc log.Incarnation) []byte {
+func appendIncarnation(b []byte, inc record.Incarnation) []byte {
 	if inc == "" {
 		return append(b, "null"...)
 	}

@@ -6,14 +6,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/convlog/convlog/log"
-	"github.com/convlog/convlog/transport"
+	"github.com/convlog/convlog/log/record"
+	"github.com/convlog/convlog/transport/wire"
 )
 
 func TestConversationPaging(t *testing.T) {
 	e := newEnv(t)
 	ctx := testCtx(t)
-	key := log.Key{Agent: "echo", Instance: "i1", Session: "default"}
+	key := record.Key{Agent: "echo", Instance: "i1", Session: "default"}
 
 	// An absent stream reads as empty, not 404.
 	status, _, b := e.do(t, "GET", "/agents/echo/i1/conversation", nil, nil)
@@ -24,7 +24,7 @@ func TestConversationPaging(t *testing.T) {
 	var want []string
 	for i := 0; i < 7; i++ {
 		texts := []string{string(rune('a' + i))}
-		recs := []log.Record{userText(texts[0])}
+		recs := []record.Record{userText(texts[0])}
 		if i%3 == 0 { // some batches of two
 			texts = append(texts, texts[0]+"'")
 			recs = append(recs, assistantText(texts[1]))
@@ -36,8 +36,8 @@ func TestConversationPaging(t *testing.T) {
 	}
 
 	var got []string
-	offset, pages := log.Start, 0
-	var inc log.Incarnation
+	offset, pages := record.Start, 0
+	var inc record.Incarnation
 	for {
 		res, err := e.c.Read(ctx, "echo", "i1", "", offset, 2)
 		if err != nil {
@@ -95,7 +95,7 @@ func TestConversationPaging(t *testing.T) {
 func TestConversationErrors(t *testing.T) {
 	e := newEnv(t)
 	ctx := testCtx(t)
-	key := log.Key{Agent: "echo", Instance: "i1", Session: "default"}
+	key := record.Key{Agent: "echo", Instance: "i1", Session: "default"}
 	ap, err := e.db.Append(ctx, key, userText("one"), userText("two"))
 	if err != nil {
 		t.Fatal(err)
@@ -158,8 +158,8 @@ func TestConversationErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = e.c.Read(ctx, "echo", "i1", "", ap.NextOffset, 0)
-	var ae *transport.APIError
-	if !asAPIError(err, &ae) || ae.Status != http.StatusBadRequest || ae.Code != transport.CodeUnknownOffset || ae.Incarnation != inc || inc == ap.Incarnation {
+	var ae *wire.APIError
+	if !asAPIError(err, &ae) || ae.Status != http.StatusBadRequest || ae.Code != wire.CodeUnknownOffset || ae.Incarnation != inc || inc == ap.Incarnation {
 		t.Fatalf("after reset: %#v (new incarnation %s)", err, inc)
 	}
 	golden(t, "error_unknown_offset.json", mustGet(t, e, "/agents/echo/i1/conversation?offset="+string(ap.NextOffset)))

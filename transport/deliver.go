@@ -26,31 +26,24 @@ import (
 	"github.com/convlog/convlog/log/record"
 )
 
-// The delivery wire types are package wire's, shared with the client.
-type (
-	DeliverRequest = wire.DeliverRequest
-	Message        = wire.Message
-	Accepted       = wire.Accepted
-)
-
 // Delivery is a decoded and validated delivery: the session it goes to and
 // the payload of the user_message entry that will carry it.
 type Delivery struct {
 	Session string
-	Payload log.MessagePayload
+	Payload record.MessagePayload
 	// UID is the generation the delivery names, "" for the current one.
 	UID string
 }
 
 // Record is the user_message entry record that admits the delivery.
-func (d Delivery) Record() (log.Record, error) {
+func (d Delivery) Record() (record.Record, error) {
 	// Without HTML escaping: '<' stays one byte, so what is stored is the
 	// size that was sent and the body limit means what it says.
 	p, err := marshalNoHTML(d.Payload)
 	if err != nil {
-		return log.Record{}, err
+		return record.Record{}, err
 	}
-	return log.EntryRecord(log.Entry{Type: log.EntryUserMessage, Payload: p}), nil
+	return record.EntryRecord(record.Entry{Type: record.EntryUserMessage, Payload: p}), nil
 }
 
 // Limits of a delivery's fields beyond the body size.
@@ -109,7 +102,7 @@ type deliveryWire struct {
 type messageWire struct {
 	Kind     *string         `json:"kind"`
 	Body     *string         `json:"body"`
-	Parts    []log.Part      `json:"parts"`
+	Parts    []record.Part   `json:"parts"`
 	Purpose  *string         `json:"purpose"`
 	Display  *string         `json:"display"`
 	Metadata json.RawMessage `json:"metadata"`
@@ -132,10 +125,10 @@ func DecodeDelivery(body []byte) (Delivery, error) {
 	if isNull(w.Message) {
 		return Delivery{}, badRequest(`"message" is required`)
 	}
-	d := Delivery{Session: log.DefaultSession}
+	d := Delivery{Session: record.DefaultSession}
 	if w.Session != nil {
-		if err := log.ValidateName(*w.Session); err != nil {
-			return Delivery{}, &APIError{Status: http.StatusBadRequest, Code: CodeInvalidName, Message: "session: " + err.Error(), Cause: err}
+		if err := record.ValidateName(*w.Session); err != nil {
+			return Delivery{}, &wire.APIError{Status: http.StatusBadRequest, Code: wire.CodeInvalidName, Message: "session: " + err.Error(), Cause: err}
 		}
 		d.Session = *w.Session
 	}
@@ -166,8 +159,8 @@ func DecodeDelivery(body []byte) (Delivery, error) {
 
 // decodeMessage turns "message" (a string or a DeliveredMessage object)
 // into the user entry's payload. body becomes the first text part.
-func decodeMessage(raw json.RawMessage) (log.MessagePayload, error) {
-	var p log.MessagePayload
+func decodeMessage(raw json.RawMessage) (record.MessagePayload, error) {
+	var p record.MessagePayload
 	switch raw[0] {
 	case '"':
 		var text string
@@ -177,7 +170,7 @@ func decodeMessage(raw json.RawMessage) (log.MessagePayload, error) {
 		if strings.TrimSpace(text) == "" {
 			return p, badRequest(`"message" is empty`)
 		}
-		p.Parts = []log.Part{{Type: log.PartText, Text: text}}
+		p.Parts = []record.Part{{Type: record.PartText, Text: text}}
 		return p, nil
 	case '{':
 	default:
@@ -197,7 +190,7 @@ func decodeMessage(raw json.RawMessage) (log.MessagePayload, error) {
 		if strings.TrimSpace(*m.Body) == "" {
 			return p, badRequest(`"message.body" is empty`)
 		}
-		p.Parts = append(p.Parts, log.Part{Type: log.PartText, Text: *m.Body})
+		p.Parts = append(p.Parts, record.Part{Type: record.PartText, Text: *m.Body})
 	}
 	if len(m.Parts) > maxParts {
 		return p, badRequest(`"message.parts" has %d parts (at most %d)`, len(m.Parts), maxParts)
@@ -213,7 +206,7 @@ func decodeMessage(raw json.RawMessage) (log.MessagePayload, error) {
 	}
 	if m.Purpose != nil {
 		switch *m.Purpose {
-		case log.PurposeUser, log.PurposeDispatch, log.PurposeAdvisory:
+		case record.PurposeUser, record.PurposeDispatch, record.PurposeAdvisory:
 			p.Purpose = *m.Purpose
 		default:
 			return p, badRequest(`"message.purpose" must be "user", "dispatch" or "advisory", not %q`, record.Clip(*m.Purpose, 40))
@@ -221,7 +214,7 @@ func decodeMessage(raw json.RawMessage) (log.MessagePayload, error) {
 	}
 	if m.Display != nil {
 		switch *m.Display {
-		case log.DisplayVisible, log.DisplayHidden, log.DisplayDiagnostic:
+		case record.DisplayVisible, record.DisplayHidden, record.DisplayDiagnostic:
 			p.Display = *m.Display
 		default:
 			return p, badRequest(`"message.display" must be "visible", "hidden" or "diagnostic", not %q`, record.Clip(*m.Display, 40))
@@ -238,15 +231,15 @@ func decodeMessage(raw json.RawMessage) (log.MessagePayload, error) {
 
 // validatePart accepts the part types a user may send: text, file, data,
 // each with only its own fields.
-func validatePart(p log.Part) error {
+func validatePart(p record.Part) error {
 	var allowed []string
 	switch p.Type {
-	case log.PartText:
+	case record.PartText:
 		if p.Text == "" {
 			return errors.New(`a text part needs a non-empty "text"`)
 		}
 		allowed = []string{"text"}
-	case log.PartFile:
+	case record.PartFile:
 		if p.MediaType == "" {
 			return errors.New(`a file part needs "mediaType"`)
 		}
@@ -264,7 +257,7 @@ func validatePart(p log.Part) error {
 			return fmt.Errorf(`"filename" must be at most %d printable characters`, maxPartNameLength)
 		}
 		allowed = []string{"mediaType", "url", "filename"}
-	case log.PartData:
+	case record.PartData:
 		if isNull(p.Data) {
 			return errors.New(`a data part needs "data"`)
 		}
@@ -381,7 +374,7 @@ func (s *Server) deliver(c echo.Context) (err error) {
 	var replayed bool
 	defer func() { s.observeAdmission(err, replayed) }()
 	if s.stopAd.Load() {
-		return apiErr(http.StatusServiceUnavailable, CodeShuttingDown, "the server is shutting down and admits nothing")
+		return apiErr(http.StatusServiceUnavailable, wire.CodeShuttingDown, "the server is shutting down and admits nothing")
 	}
 	agent, instance, err := s.instance(c)
 	if err != nil {
@@ -410,7 +403,7 @@ func (s *Server) deliver(c echo.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	key := log.Key{Agent: agent, Instance: instance, Session: d.Session}
+	key := record.Key{Agent: agent, Instance: instance, Session: d.Session}
 	ctx := req.Context()
 	principal, authed := PrincipalOf(c)
 	if err := recordPrincipal(&d, principal, authed); err != nil {
@@ -421,14 +414,14 @@ func (s *Server) deliver(c echo.Context) (err error) {
 		return badRequest("the message cannot be encoded for storage")
 	}
 	// The agent's rules (busy policy, maxTurns) are the core's to apply.
-	a := log.Admission{Key: key, Records: []log.Record{rec}, UID: d.UID}
+	a := log.Admission{Key: key, Records: []record.Record{rec}, UID: d.UID}
 	if idemKey != "" {
 		a.IdempotencyKey = idemKey
 		// The principal is part of the request: another caller reusing
 		// the key gets a 422, never the first caller's 202.
 		a.RequestHash = requestHash(agent, instance, principal.Issuer+"\x00"+principal.Subject, body)
 	}
-	var sub log.Submission
+	var sub record.Submission
 	sub, replayed, err = s.opts.Conversations.Admit(ctx, a)
 	if err != nil {
 		return err
@@ -444,10 +437,10 @@ func (s *Server) deliver(c echo.Context) (err error) {
 	return writeJSON(c, http.StatusAccepted, acc)
 }
 
-func accepted(agent, instance, session string, sub log.Submission) Accepted {
+func accepted(agent, instance, session string, sub record.Submission) wire.Accepted {
 	q := "?session=" + url.QueryEscape(session) + "&offset=" + url.QueryEscape(string(sub.Offset))
 	p := instancePath(agent, instance)
-	return Accepted{
+	return wire.Accepted{
 		SubmissionID:    sub.ID,
 		StreamURL:       p + "/conversation" + q,
 		ConversationURL: p + "/conversation" + q,
@@ -496,11 +489,11 @@ func idempotencyKey(h http.Header) (string, error) {
 func checkJSONContentType(ct string) error {
 	mt, params, err := mime.ParseMediaType(ct)
 	if err != nil || mt != echo.MIMEApplicationJSON {
-		return apiErr(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, "the body must be application/json, not %q", record.Clip(ct, 40))
+		return apiErr(http.StatusUnsupportedMediaType, wire.CodeUnsupportedMediaType, "the body must be application/json, not %q", record.Clip(ct, 40))
 	}
 	for k, v := range params {
 		if k != "charset" || !strings.EqualFold(v, "utf-8") {
-			return apiErr(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, "application/json takes only charset=utf-8, not %s=%q", record.Clip(k, 40), record.Clip(v, 40))
+			return apiErr(http.StatusUnsupportedMediaType, wire.CodeUnsupportedMediaType, "application/json takes only charset=utf-8, not %s=%q", record.Clip(k, 40), record.Clip(v, 40))
 		}
 	}
 	return nil
@@ -514,7 +507,7 @@ func checkJSONContentType(ct string) error {
 func (s *Server) readBody(c echo.Context) (body []byte, release func(), err error) {
 	req := c.Request()
 	if req.ContentLength > s.opts.MaxBody {
-		return nil, nil, apiErr(http.StatusRequestEntityTooLarge, CodePayloadTooLarge, "the request body is larger than %d bytes", s.opts.MaxBody)
+		return nil, nil, apiErr(http.StatusRequestEntityTooLarge, wire.CodePayloadTooLarge, "the request body is larger than %d bytes", s.opts.MaxBody)
 	}
 	var held int64
 	var src io.Reader = req.Body
@@ -548,7 +541,7 @@ func (s *Server) readBody(c echo.Context) (body []byte, release func(), err erro
 		var mbe *http.MaxBytesError
 		switch {
 		case errors.As(err, &mbe):
-			return nil, nil, apiErr(http.StatusRequestEntityTooLarge, CodePayloadTooLarge, "the request body is larger than %d bytes", s.opts.MaxBody)
+			return nil, nil, apiErr(http.StatusRequestEntityTooLarge, wire.CodePayloadTooLarge, "the request body is larger than %d bytes", s.opts.MaxBody)
 		case errors.Is(err, errOverBudget):
 			s.discardBody(c)
 			return nil, nil, s.overBodyBudget(c)
@@ -556,7 +549,7 @@ func (s *Server) readBody(c echo.Context) (body []byte, release func(), err erro
 			// The read deadline stays passed: net/http must not wait for
 			// the rest of this body either.
 			c.Response().Header().Set(echo.HeaderConnection, "close")
-			return nil, nil, apiErr(http.StatusRequestTimeout, CodeRequestTimeout, "the request body did not arrive within %s", s.opts.BodyReadTimeout)
+			return nil, nil, apiErr(http.StatusRequestTimeout, wire.CodeRequestTimeout, "the request body did not arrive within %s", s.opts.BodyReadTimeout)
 		}
 		if ctxErr := req.Context().Err(); ctxErr != nil {
 			return nil, nil, ctxErr
@@ -581,6 +574,6 @@ func (s *Server) discardBody(c echo.Context) {
 	}
 }
 
-func (s *Server) overBodyBudget(c echo.Context) *APIError {
-	return overloaded(c, CodeOverloaded, "the server holds its limit of request bodies in flight (%d bytes); retry shortly", s.opts.BodyBudget)
+func (s *Server) overBodyBudget(c echo.Context) *wire.APIError {
+	return overloaded(c, wire.CodeOverloaded, "the server holds its limit of request bodies in flight (%d bytes); retry shortly", s.opts.BodyBudget)
 }

@@ -9,16 +9,16 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/convlog/convlog/log"
-	"github.com/convlog/convlog/transport"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/transport/client"
+	"github.com/convlog/convlog/transport/wire"
 )
 
 func TestDeliverAccepted(t *testing.T) {
 	e := newEnv(t)
 	ctx := testCtx(t)
 	// Something before, so that the offset is not trivially 0.
-	if _, err := e.db.Append(ctx, log.Key{Agent: "echo", Instance: "i1", Session: "s-1"}, assistantText("earlier")); err != nil {
+	if _, err := e.db.Append(ctx, record.Key{Agent: "echo", Instance: "i1", Session: "s-1"}, assistantText("earlier")); err != nil {
 		t.Fatal(err)
 	}
 	body := `{"message":{"kind":"user","body":"Summarize the open issues.","purpose":"dispatch","display":"hidden","metadata":{"trace":"t1"}},"session":"s-1","initialData":{"plan":"pro"},"uid":"gen-7"}`
@@ -58,11 +58,11 @@ func TestDeliverAccepted(t *testing.T) {
 	}
 
 	// Reading from the returned offset starts with this very message.
-	res, err := e.c.Read(ctx, "echo", "i1", "s-1", log.Offset(off), 0)
+	res, err := e.c.Read(ctx, "echo", "i1", "s-1", record.Offset(off), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Batches) != 1 || res.Batches[0].Offset != log.Offset(off) {
+	if len(res.Batches) != 1 || res.Batches[0].Offset != record.Offset(off) {
 		t.Fatalf("read %+v", res)
 	}
 	recs, err := res.Batches[0].Records.Decode()
@@ -70,10 +70,10 @@ func TestDeliverAccepted(t *testing.T) {
 		t.Fatal(err)
 	}
 	en := recs[0].Entry
-	if en.Type != log.EntryUserMessage || en.SubmissionID != sub {
+	if en.Type != record.EntryUserMessage || en.SubmissionID != sub {
 		t.Fatalf("first record %+v", en)
 	}
-	var p log.MessagePayload
+	var p record.MessagePayload
 	if err := json.Unmarshal(en.Payload, &p); err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestDeliverAccepted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Status != log.StatusAdmitted || s.Offset != log.Offset(off) {
+	if s.Status != record.StatusAdmitted || s.Offset != record.Offset(off) {
 		t.Fatalf("submission %+v", s)
 	}
 }
@@ -99,13 +99,13 @@ func TestDeliverForms(t *testing.T) {
 	ctx := testCtx(t)
 	cases := []struct {
 		name, body string
-		want       []log.Part
+		want       []record.Part
 	}{
-		{"bare string", `{"message":"hi"}`, []log.Part{{Type: "text", Text: "hi"}}},
+		{"bare string", `{"message":"hi"}`, []record.Part{{Type: "text", Text: "hi"}}},
 		{"body then parts", `{"message":{"kind":"user","body":"look","parts":[{"type":"file","mediaType":"image/png","url":"data:image/png;base64,AAAA","filename":"a.png"},{"type":"data","name":"form","data":{"x":1}}]}}`,
-			[]log.Part{{Type: "text", Text: "look"}, {Type: "file", MediaType: "image/png", URL: "data:image/png;base64,AAAA", Filename: "a.png"}, {Type: "data", Name: "form", Data: json.RawMessage(`{"x":1}`)}}},
-		{"parts only", `{"message":{"kind":"user","parts":[{"type":"text","text":"only"}]}}`, []log.Part{{Type: "text", Text: "only"}}},
-		{"charset", `{"message":"utf8 ✓"}`, []log.Part{{Type: "text", Text: "utf8 ✓"}}},
+			[]record.Part{{Type: "text", Text: "look"}, {Type: "file", MediaType: "image/png", URL: "data:image/png;base64,AAAA", Filename: "a.png"}, {Type: "data", Name: "form", Data: json.RawMessage(`{"x":1}`)}}},
+		{"parts only", `{"message":{"kind":"user","parts":[{"type":"text","text":"only"}]}}`, []record.Part{{Type: "text", Text: "only"}}},
+		{"charset", `{"message":"utf8 ✓"}`, []record.Part{{Type: "text", Text: "utf8 ✓"}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -117,7 +117,7 @@ func TestDeliverForms(t *testing.T) {
 			if status != http.StatusAccepted {
 				t.Fatalf("status %d: %s", status, b)
 			}
-			var acc transport.Accepted
+			var acc wire.Accepted
 			if err := json.Unmarshal(b, &acc); err != nil {
 				t.Fatal(err)
 			}
@@ -126,7 +126,7 @@ func TestDeliverForms(t *testing.T) {
 				t.Fatal(err)
 			}
 			recs, _ := res.Batches[0].Records.Decode()
-			var p log.MessagePayload
+			var p record.MessagePayload
 			if err := json.Unmarshal(recs[0].Entry.Payload, &p); err != nil {
 				t.Fatal(err)
 			}
@@ -143,7 +143,7 @@ func TestDeliverErrors(t *testing.T) {
 	e := newEnv(t)
 	ctx := testCtx(t)
 	// "strict" rejects while busy: give its session a pending submission.
-	if _, err := e.c.Deliver(ctx, "strict", "i1", transport.DeliverRequest{Message: transport.Message{Body: "first"}}, ""); err != nil {
+	if _, err := e.c.Deliver(ctx, "strict", "i1", wire.DeliverRequest{Message: wire.Message{Body: "first"}}, ""); err != nil {
 		t.Fatal(err)
 	}
 	big := `{"message":"` + strings.Repeat("x", 70<<10) + `"}`
@@ -243,7 +243,7 @@ func TestDeliverErrors(t *testing.T) {
 	if n := e.admitted.Load(); n != 1 {
 		t.Errorf("%d admissions", n)
 	}
-	res, err := e.c.Read(ctx, "echo", "errors", "", log.Start, 0)
+	res, err := e.c.Read(ctx, "echo", "errors", "", record.Start, 0)
 	if err != nil || res.Incarnation != "" {
 		t.Errorf("a failed delivery created the stream: %+v %v", res, err)
 	}
@@ -274,7 +274,7 @@ func TestIdempotency(t *testing.T) {
 	if n := e.admitted.Load(); n != 1 {
 		t.Errorf("Admitted called %d times; a replay admits nothing", n)
 	}
-	res, err := e.c.Read(ctx, "echo", "i1", "", log.Start, 0)
+	res, err := e.c.Read(ctx, "echo", "i1", "", record.Start, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +293,7 @@ func TestIdempotency(t *testing.T) {
 		t.Fatalf("other instance: %d %s", s4, b4)
 	}
 	// Through the client.
-	req := transport.DeliverRequest{Message: transport.Message{Body: "via client"}}
+	req := wire.DeliverRequest{Message: wire.Message{Body: "via client"}}
 	a1, err := e.c.Deliver(ctx, "echo", "i3", req, "k")
 	if err != nil {
 		t.Fatal(err)
@@ -303,7 +303,7 @@ func TestIdempotency(t *testing.T) {
 		t.Fatalf("client replay %+v %+v %v", a1, a2, err)
 	}
 	req.Message.Body = "changed"
-	if _, err := e.c.Deliver(ctx, "echo", "i3", req, "k"); !client.IsCode(err, transport.CodeIdempotencyKeyReused) {
+	if _, err := e.c.Deliver(ctx, "echo", "i3", req, "k"); !client.IsCode(err, wire.CodeIdempotencyKeyReused) {
 		t.Fatalf("client reuse: %v", err)
 	}
 }
@@ -313,12 +313,12 @@ func TestBusyEnqueue(t *testing.T) {
 	ctx := context.Background()
 	for _, agent := range []string{"echo", "plain"} {
 		for i := 0; i < 2; i++ {
-			if _, err := e.c.Deliver(ctx, agent, "i1", transport.DeliverRequest{Message: transport.Message{Body: "again"}}, ""); err != nil {
+			if _, err := e.c.Deliver(ctx, agent, "i1", wire.DeliverRequest{Message: wire.Message{Body: "again"}}, ""); err != nil {
 				t.Fatalf("%s delivery %d: %v", agent, i, err)
 			}
 		}
 	}
-	pending, err := e.db.Pending(ctx, log.Key{Agent: "echo", Instance: "i1", Session: "default"})
+	pending, err := e.db.Pending(ctx, record.Key{Agent: "echo", Instance: "i1", Session: "default"})
 	if err != nil || len(pending) != 2 {
 		t.Fatalf("pending %v %v", pending, err)
 	}

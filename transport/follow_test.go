@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/transport/client"
 )
 
-var followKey = log.Key{Agent: "echo", Instance: "f1", Session: log.DefaultSession}
+var followKey = record.Key{Agent: "echo", Instance: "f1", Session: record.DefaultSession}
 
 // nextUpdate pulls updates until one of kind arrives (others are returned
 // in skipped).
@@ -77,7 +77,7 @@ func TestFollowIncarnationChangeRereadsFromZero(t *testing.T) {
 				t.Fatalf("reset to the same incarnation %q", old)
 			}
 			u, skipped := nextUpdate(t, next, client.UpdateBatch)
-			if u.Offset != log.Start || batchText(t, u) != "new one" || u.Incarnation == old {
+			if u.Offset != record.Start || batchText(t, u) != "new one" || u.Incarnation == old {
 				t.Fatalf("after reset: %+v (skipped %v)", u, skipped)
 			}
 		})
@@ -163,7 +163,7 @@ func TestConversationProjectsAndTruncates(t *testing.T) {
 		switch len(st.Messages) {
 		case 2:
 			sawTwo = true
-			if _, err := e.db.Append(ctx, followKey, log.TruncatedRecord(a.Records[0].Entry.ID, "regenerate")); err != nil {
+			if _, err := e.db.Append(ctx, followKey, record.TruncatedRecord(a.Records[0].Entry.ID, "regenerate")); err != nil {
 				t.Fatal(err)
 			}
 			continue
@@ -255,7 +255,7 @@ func TestFollowResumesOnlyInItsIncarnation(t *testing.T) {
 				t.Fatalf("first update %+v %v, want a reset", u, err)
 			}
 			u, _ := nextUpdate(t, next, client.UpdateBatch)
-			if u.Offset != log.Start || batchText(t, u) != "new 1" {
+			if u.Offset != record.Start || batchText(t, u) != "new 1" {
 				t.Fatalf("after the reset: %q at %s", batchText(t, u), u.Offset)
 			}
 		})

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"sync"
 
-	"github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 )
 
 // frameCache shares the encoded conversation frame of a live batch among
@@ -31,14 +31,14 @@ const (
 )
 
 type frameKey struct {
-	inc          log.Incarnation
-	offset, next log.Offset
+	inc          record.Incarnation
+	offset, next record.Offset
 	ndjson       bool
 }
 
 // frame returns the frame of batch b as w would write it, shared and never
 // to be modified.
-func (c *frameCache) frame(inc log.Incarnation, b log.Batch, next log.Offset, ndjson bool) []byte {
+func (c *frameCache) frame(inc record.Incarnation, b record.Batch, next record.Offset, ndjson bool) []byte {
 	k := frameKey{inc: inc, offset: b.Offset, next: next, ndjson: ndjson}
 	c.mu.RLock()
 	f, ok := c.frames[k]

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 )
 
 // TestSharedFrameMatchesOwn: a frame taken from the shared cache must be
@@ -14,9 +14,9 @@ import (
 // for compact records and for the rare records with a line break.
 func TestSharedFrameMatchesOwn(t *testing.T) {
 	var cache frameCache
-	batches := []log.Batch{
-		{Offset: "0000000000000001", Records: log.RawRecords(`[{"kind":"entry","entry":{"id":"a"}}]`)},
-		{Offset: "0000000000000002", Records: log.RawRecords("[{\"kind\":\"entry\",\n\"entry\":{\"id\":\"b\"}}]")},
+	batches := []record.Batch{
+		{Offset: "0000000000000001", Records: record.RawRecords(`[{"kind":"entry","entry":{"id":"a"}}]`)},
+		{Offset: "0000000000000002", Records: record.RawRecords("[{\"kind\":\"entry\",\n\"entry\":{\"id\":\"b\"}}]")},
 		{Offset: "0000000000000003"},
 	}
 	for _, ndjson := range []bool{false, true} {
@@ -38,7 +38,7 @@ func TestSharedFrameMatchesOwn(t *testing.T) {
 	}
 	// The cache keeps a bounded number of frames.
 	for i := range 2 * frameCacheSize {
-		cache.frame("inc_2", log.Batch{Offset: log.Offset(fmt.Sprintf("%016d", i))}, "x", false)
+		cache.frame("inc_2", record.Batch{Offset: record.Offset(fmt.Sprintf("%016d", i))}, "x", false)
 	}
 	if n := len(cache.frames); n > frameCacheSize {
 		t.Fatalf("%d frames cached, want at most %d", n, frameCacheSize)
@@ -50,7 +50,7 @@ func TestSharedFrameMatchesOwn(t *testing.T) {
 // or taken from the shared cache.
 func BenchmarkLiveFrame(b *testing.B) {
 	rec := `{"kind":"entry","entry":{"id":"01JDXYZ","parentId":"01JDXYA","timestamp":"2026-12-01T20:00:00.123456789Z","type":"user_message","submissionId":"sub_01JDXYZ","payload":{"parts":[{"type":"text","text":"` + string(bytes.Repeat([]byte("x"), 400)) + `"}]}}}`
-	batch := log.Batch{Offset: "0000000000000001", Records: log.RawRecords("[" + rec + "]")}
+	batch := record.Batch{Offset: "0000000000000001", Records: record.RawRecords("[" + rec + "]")}
 	for _, shared := range []bool{false, true} {
 		b.Run(fmt.Sprintf("shared=%v", shared), func(b *testing.B) {
 			var cache frameCache

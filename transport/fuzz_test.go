@@ -6,13 +6,14 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/transport"
+	"github.com/convlog/convlog/transport/wire"
 )
 
 var clientCodes = map[string]bool{
-	transport.CodeBadRequest: true, transport.CodeInvalidName: true,
-	transport.CodeInvalidUTF8: true, transport.CodeDuplicateKey: true, transport.CodeNumberOutOfRange: true,
+	wire.CodeBadRequest: true, wire.CodeInvalidName: true,
+	wire.CodeInvalidUTF8: true, wire.CodeDuplicateKey: true, wire.CodeNumberOutOfRange: true,
 }
 
 // FuzzDecodeDelivery: any body either decodes to a delivery the log can
@@ -33,21 +34,21 @@ func FuzzDecodeDelivery(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		d, err := transport.DecodeDelivery(body)
 		if err != nil {
-			var ae *transport.APIError
+			var ae *wire.APIError
 			if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest ||
 				!clientCodes[ae.Code] || ae.Message == "" {
 				t.Fatalf("not a client error: %#v", err)
 			}
 			return
 		}
-		if err := log.ValidateName(d.Session); err != nil {
+		if err := record.ValidateName(d.Session); err != nil {
 			t.Fatalf("session %q: %v", d.Session, err)
 		}
 		if len(d.Payload.Parts) == 0 {
 			t.Fatal("no parts")
 		}
 		for _, p := range d.Payload.Parts {
-			if p.Type != log.PartText && p.Type != log.PartFile && p.Type != log.PartData {
+			if p.Type != record.PartText && p.Type != record.PartFile && p.Type != record.PartData {
 				t.Fatalf("part type %q", p.Type)
 			}
 		}

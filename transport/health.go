@@ -3,6 +3,7 @@ package transport
 import (
 	"net/http"
 
+	"github.com/convlog/convlog/transport/wire"
 	"github.com/labstack/echo/v4"
 )
 
@@ -17,7 +18,7 @@ func (s *Server) healthz(c echo.Context) error {
 // instance first), or while Options.Ready says so.
 func (s *Server) readyz(c echo.Context) error {
 	notReady := func(msg string) error {
-		return apiErr(http.StatusServiceUnavailable, CodeNotReady, "%s", msg)
+		return apiErr(http.StatusServiceUnavailable, wire.CodeNotReady, "%s", msg)
 	}
 	select {
 	case <-s.db.Done():

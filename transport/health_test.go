@@ -12,6 +12,7 @@ import (
 	"github.com/convlog/convlog/log"
 	"github.com/convlog/convlog/transport"
 	"github.com/convlog/convlog/transport/client"
+	"github.com/convlog/convlog/transport/wire"
 )
 
 func TestHealth(t *testing.T) {
@@ -82,7 +83,7 @@ func TestServeShutdown(t *testing.T) {
 	defer hc.CloseIdleConnections()
 	c := &client.Client{BaseURL: "http://" + l.Addr().String(), HTTP: hc}
 	ctx := testCtx(t)
-	acc, err := c.Deliver(ctx, "echo", "i1", transport.DeliverRequest{Message: transport.Message{Body: "hi"}}, "")
+	acc, err := c.Deliver(ctx, "echo", "i1", wire.DeliverRequest{Message: wire.Message{Body: "hi"}}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +101,7 @@ func TestServeShutdown(t *testing.T) {
 	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
 		t.Fatalf("Serve: %v", err)
 	}
-	if _, err := c.Deliver(ctx, "echo", "i1", transport.DeliverRequest{Message: transport.Message{Body: "late"}}, ""); err == nil {
+	if _, err := c.Deliver(ctx, "echo", "i1", wire.DeliverRequest{Message: wire.Message{Body: "late"}}, ""); err == nil {
 		t.Fatal("delivered after shutdown")
 	}
 }

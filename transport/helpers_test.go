@@ -22,8 +22,10 @@ import (
 
 	"github.com/convlog/convlog/internal/conversation"
 	"github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/transport"
 	"github.com/convlog/convlog/transport/client"
+	"github.com/convlog/convlog/transport/wire"
 	"github.com/convlog/convlog/worker"
 )
 
@@ -57,13 +59,13 @@ func (a listedAgents) List() []worker.AgentInfo { return a.list }
 // one not yet started. Abort and Quiesce may be replaced by a test.
 type testRunner struct {
 	db      *log.DB
-	abort   func(ctx context.Context, id string) (log.Submission, error)
-	quiesce func(ctx context.Context, keys []log.Key, abortFirst bool, fn func(context.Context) error) error
+	abort   func(ctx context.Context, id string) (record.Submission, error)
+	quiesce func(ctx context.Context, keys []record.Key, abortFirst bool, fn func(context.Context) error) error
 }
 
-func (r *testRunner) Claim(log.Key) conversation.Claim { return nil }
+func (r *testRunner) Claim(record.Key) conversation.Claim { return nil }
 
-func (r *testRunner) Abort(ctx context.Context, id string) (log.Submission, error) {
+func (r *testRunner) Abort(ctx context.Context, id string) (record.Submission, error) {
 	if r.abort != nil {
 		return r.abort(ctx, id)
 	}
@@ -74,14 +76,14 @@ func (r *testRunner) Abort(ctx context.Context, id string) (log.Submission, erro
 	if sub.Status.Terminal() {
 		return sub, fmt.Errorf("abort %s: %w", id, log.ErrSubmissionSettled)
 	}
-	if _, err := r.db.Write(ctx, log.Write{Key: sub.Key, Settle: []log.Settlement{{SubmissionID: id, Outcome: log.OutcomeAborted,
-		Error: &log.Failure{Code: "aborted", Message: "aborted before it ran"}}}}); err != nil {
+	if _, err := r.db.Write(ctx, log.Write{Key: sub.Key, Settle: []record.Settlement{{SubmissionID: id, Outcome: record.OutcomeAborted,
+		Error: &record.Failure{Code: "aborted", Message: "aborted before it ran"}}}}); err != nil {
 		return sub, err
 	}
 	return r.db.Submission(ctx, id)
 }
 
-func (r *testRunner) Quiesce(ctx context.Context, keys []log.Key, abortFirst bool, fn func(context.Context) error) error {
+func (r *testRunner) Quiesce(ctx context.Context, keys []record.Key, abortFirst bool, fn func(context.Context) error) error {
 	if r.quiesce != nil {
 		return r.quiesce(ctx, keys, abortFirst, fn)
 	}
@@ -123,7 +125,7 @@ func (f backupFunc) Backup(ctx context.Context, begin func(int64) (io.Writer, er
 // as a real source keeps a window.
 type hub struct {
 	mu      sync.Mutex
-	streams map[log.Key]*hubStream
+	streams map[record.Key]*hubStream
 	fail    error // FollowDeltas fails with it when set
 }
 
@@ -136,9 +138,9 @@ type hubStream struct {
 	cursors int
 }
 
-func newHub() *hub { return &hub{streams: map[log.Key]*hubStream{}} }
+func newHub() *hub { return &hub{streams: map[record.Key]*hubStream{}} }
 
-func (h *hub) FollowDeltas(key log.Key) (transport.DeltaCursor, error) {
+func (h *hub) FollowDeltas(key record.Key) (transport.DeltaCursor, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.fail != nil {
@@ -190,7 +192,7 @@ func (c *hubCursor) Close() {
 	}
 }
 
-func (h *hub) publish(key log.Key, frame string) {
+func (h *hub) publish(key record.Key, frame string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	st := h.streams[key]
@@ -207,7 +209,7 @@ func (h *hub) publish(key log.Key, frame string) {
 	st.ready = make(chan struct{})
 }
 
-func (h *hub) subscribers(key log.Key) int {
+func (h *hub) subscribers(key record.Key) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if st := h.streams[key]; st != nil {
@@ -234,8 +236,8 @@ type envConfig struct {
 	Agents     agents
 	ListAgents []worker.AgentInfo
 	// Abort and Quiesce replace the test runner's.
-	Abort   func(ctx context.Context, id string) (log.Submission, error)
-	Quiesce func(ctx context.Context, keys []log.Key, abortFirst bool, fn func(context.Context) error) error
+	Abort   func(ctx context.Context, id string) (record.Submission, error)
+	Quiesce func(ctx context.Context, keys []record.Key, abortFirst bool, fn func(context.Context) error) error
 }
 
 type envOption func(*envConfig)
@@ -351,23 +353,23 @@ func errorOf(t testing.TB, body []byte) map[string]any {
 	return eb.Error
 }
 
-func userText(text string) log.Record {
-	p, _ := json.Marshal(log.MessagePayload{Parts: []log.Part{{Type: log.PartText, Text: text}}})
-	return log.EntryRecord(log.Entry{Type: log.EntryUserMessage, Payload: p})
+func userText(text string) record.Record {
+	p, _ := json.Marshal(record.MessagePayload{Parts: []record.Part{{Type: record.PartText, Text: text}}})
+	return record.EntryRecord(record.Entry{Type: record.EntryUserMessage, Payload: p})
 }
 
-func assistantText(text string) log.Record {
-	p, _ := json.Marshal(log.MessagePayload{Parts: []log.Part{{Type: log.PartText, Text: text}}})
-	return log.EntryRecord(log.Entry{Type: log.EntryAssistantMessage, Payload: p})
+func assistantText(text string) record.Record {
+	p, _ := json.Marshal(record.MessagePayload{Parts: []record.Part{{Type: record.PartText, Text: text}}})
+	return record.EntryRecord(record.Entry{Type: record.EntryAssistantMessage, Payload: p})
 }
 
 // textOf is the first text of a message record.
-func textOf(t testing.TB, r log.Record) string {
+func textOf(t testing.TB, r record.Record) string {
 	t.Helper()
 	if r.Entry == nil {
 		t.Fatalf("record %+v is not an entry", r)
 	}
-	var p log.MessagePayload
+	var p record.MessagePayload
 	if err := json.Unmarshal(r.Entry.Payload, &p); err != nil || len(p.Parts) == 0 {
 		t.Fatalf("entry payload %s: %v", r.Entry.Payload, err)
 	}
@@ -443,4 +445,4 @@ func golden(t testing.TB, name string, got []byte) {
 	}
 }
 
-func asAPIError(err error, target **transport.APIError) bool { return errors.As(err, target) }
+func asAPIError(err error, target **wire.APIError) bool { return errors.As(err, target) }

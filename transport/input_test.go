@@ -9,7 +9,9 @@ import (
 	"testing"
 
 	"github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/transport"
+	"github.com/convlog/convlog/transport/wire"
 )
 
 // Input that encoding/json would accept and silently alter is refused with
@@ -19,16 +21,16 @@ import (
 func TestDeliverRefusesAlteredInput(t *testing.T) {
 	e := newEnv(t)
 	for _, tc := range []struct{ name, body, code string }{
-		{"raw invalid UTF-8 in the message", "{\"message\":\"hi \xff there\"}", transport.CodeInvalidUTF8},
-		{"raw invalid UTF-8 in a key", "{\"message\":{\"kind\":\"user\",\"body\":\"x\",\"metadata\":{\"\xc3\x28\":1}}}", transport.CodeInvalidUTF8},
-		{"lone low surrogate in the message", `{"message":"hi \udc00"}`, transport.CodeInvalidUTF8},
-		{"lone high surrogate in the uid", `{"message":"hi","uid":"gen-\ud800"}`, transport.CodeInvalidUTF8},
-		{"high surrogate then a non-surrogate", `{"message":"hi \ud800\u0041"}`, transport.CodeInvalidUTF8},
-		{"duplicate top-level key", `{"message":"a","message":"b"}`, transport.CodeDuplicateKey},
-		{"duplicate key in metadata", `{"message":{"kind":"user","body":"x","metadata":{"a":1,"b":{},"a":2}}}`, transport.CodeDuplicateKey},
-		{"duplicate key in a part", `{"message":{"kind":"user","parts":[{"type":"text","text":"a","text":"b"}]}}`, transport.CodeDuplicateKey},
-		{"huge exponent in metadata", `{"message":{"kind":"user","body":"x","metadata":{"n":1e999999}}}`, transport.CodeNumberOutOfRange},
-		{"huge negative in initialData", `{"message":"x","initialData":[-1e400]}`, transport.CodeNumberOutOfRange},
+		{"raw invalid UTF-8 in the message", "{\"message\":\"hi \xff there\"}", wire.CodeInvalidUTF8},
+		{"raw invalid UTF-8 in a key", "{\"message\":{\"kind\":\"user\",\"body\":\"x\",\"metadata\":{\"\xc3\x28\":1}}}", wire.CodeInvalidUTF8},
+		{"lone low surrogate in the message", `{"message":"hi \udc00"}`, wire.CodeInvalidUTF8},
+		{"lone high surrogate in the uid", `{"message":"hi","uid":"gen-\ud800"}`, wire.CodeInvalidUTF8},
+		{"high surrogate then a non-surrogate", `{"message":"hi \ud800\u0041"}`, wire.CodeInvalidUTF8},
+		{"duplicate top-level key", `{"message":"a","message":"b"}`, wire.CodeDuplicateKey},
+		{"duplicate key in metadata", `{"message":{"kind":"user","body":"x","metadata":{"a":1,"b":{},"a":2}}}`, wire.CodeDuplicateKey},
+		{"duplicate key in a part", `{"message":{"kind":"user","parts":[{"type":"text","text":"a","text":"b"}]}}`, wire.CodeDuplicateKey},
+		{"huge exponent in metadata", `{"message":{"kind":"user","body":"x","metadata":{"n":1e999999}}}`, wire.CodeNumberOutOfRange},
+		{"huge negative in initialData", `{"message":"x","initialData":[-1e400]}`, wire.CodeNumberOutOfRange},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			status, _, b := e.postJSON(t, "/agents/echo/i1", tc.body, nil)
@@ -54,7 +56,7 @@ func TestDeliverRefusesAlteredInput(t *testing.T) {
 			t.Fatalf("%s: status %d: %s", body, status, b)
 		}
 	}
-	res, err := e.c.Read(testCtx(t), "echo", "ok", "", log.Start, 0)
+	res, err := e.c.Read(testCtx(t), "echo", "ok", "", record.Start, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +100,7 @@ func TestDeliverStoresTextUnescaped(t *testing.T) {
 		}
 		t.Fatalf("an 8,000,000-byte body under the %d-byte limit: status %d: %s", transport.DefaultMaxBody, status, b)
 	}
-	res, err := e.c.Read(ctx, "echo", "big", "", log.Start, 0)
+	res, err := e.c.Read(ctx, "echo", "big", "", record.Start, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +119,7 @@ func TestDeliverRefusesSessionQuery(t *testing.T) {
 			t.Fatalf("%s: status %d: %s", path, status, b)
 		}
 		eb := errorOf(t, b)
-		if eb["code"] != transport.CodeBadRequest || !strings.Contains(eb["message"].(string), `"session" field`) {
+		if eb["code"] != wire.CodeBadRequest || !strings.Contains(eb["message"].(string), `"session" field`) {
 			t.Fatalf("%s: %s", path, b)
 		}
 	}
@@ -136,15 +138,15 @@ func TestDeliverRefusesSessionQuery(t *testing.T) {
 func TestAbortLosingTheRace(t *testing.T) {
 	var db *log.DB
 	e := newEnv(t, func(o *envConfig) {
-		o.Abort = func(ctx context.Context, id string) (log.Submission, error) {
+		o.Abort = func(ctx context.Context, id string) (record.Submission, error) {
 			// The turn completes while the abort is on its way, as
 			// worker.Pool.Abort sees it when the cancellation comes late.
 			sub, err := db.Submission(ctx, id)
 			if err != nil {
-				return log.Submission{}, err
+				return record.Submission{}, err
 			}
-			if _, err := db.Write(ctx, log.Write{Key: sub.Key, Settle: []log.Settlement{{SubmissionID: id, Outcome: log.OutcomeCompleted}}}); err != nil {
-				return log.Submission{}, err
+			if _, err := db.Write(ctx, log.Write{Key: sub.Key, Settle: []record.Settlement{{SubmissionID: id, Outcome: record.OutcomeCompleted}}}); err != nil {
+				return record.Submission{}, err
 			}
 			return db.Submission(ctx, id)
 		}
@@ -154,16 +156,16 @@ func TestAbortLosingTheRace(t *testing.T) {
 	if status != http.StatusAccepted {
 		t.Fatalf("status %d: %s", status, b)
 	}
-	var acc transport.Accepted
+	var acc wire.Accepted
 	if err := json.Unmarshal(b, &acc); err != nil {
 		t.Fatal(err)
 	}
 	status, _, b = e.do(t, http.MethodPost, "/agents/echo/race/submissions/"+acc.SubmissionID+"/abort", nil, nil)
-	if status != http.StatusConflict || errorOf(t, b)["code"] != transport.CodeAlreadySettled {
+	if status != http.StatusConflict || errorOf(t, b)["code"] != wire.CodeAlreadySettled {
 		t.Fatalf("abort that lost the race: status %d: %s", status, b)
 	}
 	sub, err := e.c.Submission(testCtx(t), "echo", "race", acc.SubmissionID, 0)
-	if err != nil || sub.Status != log.StatusCompleted {
+	if err != nil || sub.Status != record.StatusCompleted {
 		t.Fatalf("submission %+v %v", sub, err)
 	}
 }

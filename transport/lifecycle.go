@@ -18,6 +18,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/convlog/convlog/log/record"
+	"github.com/convlog/convlog/transport/wire"
 )
 
 // LifecycleLog is what the lifecycle routes read of the log, beyond Log;
@@ -26,7 +27,7 @@ import (
 type LifecycleLog interface {
 	InstancesVisible(ctx context.Context, agent, cursor string, limit int, visible func(instance string) bool) ([]log.InstanceInfo, string, error)
 	Sessions(ctx context.Context, agent, instance string) ([]log.SessionInfo, error)
-	Checkpoints(ctx context.Context, key log.Key) ([]log.Checkpoint, error)
+	Checkpoints(ctx context.Context, key record.Key) ([]log.Checkpoint, error)
 	Generation(ctx context.Context, agent, instance string) (string, error)
 }
 
@@ -72,7 +73,7 @@ type mutation struct {
 
 func (l *lifecycle) readMutation(c echo.Context, allowed ...string) (*mutation, error) {
 	if l.s.stopAd.Load() {
-		return nil, apiErr(http.StatusServiceUnavailable, CodeShuttingDown, "the server is shutting down and changes nothing")
+		return nil, apiErr(http.StatusServiceUnavailable, wire.CodeShuttingDown, "the server is shutting down and changes nothing")
 	}
 	agent, instance, err := l.s.instance(c)
 	if err != nil {
@@ -121,17 +122,17 @@ func (l *lifecycle) readMutation(c echo.Context, allowed ...string) (*mutation, 
 
 // session is the session a change applies to: the body's "session" field,
 // else the query's, else "default".
-func (m *mutation) session(c echo.Context) (log.Key, error) {
+func (m *mutation) session(c echo.Context) (record.Key, error) {
 	if m.body.Session != nil {
-		if err := log.ValidateName(*m.body.Session); err != nil {
-			return log.Key{}, &APIError{Status: http.StatusBadRequest, Code: CodeInvalidName, Message: "session: " + err.Error(), Cause: err}
+		if err := record.ValidateName(*m.body.Session); err != nil {
+			return record.Key{}, &wire.APIError{Status: http.StatusBadRequest, Code: wire.CodeInvalidName, Message: "session: " + err.Error(), Cause: err}
 		}
-		return log.Key{Agent: m.agent, Instance: m.instance, Session: *m.body.Session}, nil
+		return record.Key{Agent: m.agent, Instance: m.instance, Session: *m.body.Session}, nil
 	}
 	return sessionKey(c, m.agent, m.instance)
 }
 
-func (m *mutation) change(kind log.ChangeKind, key log.Key) log.Change {
+func (m *mutation) change(kind log.ChangeKind, key record.Key) log.Change {
 	ch := log.Change{Kind: kind, Key: key, IdempotencyKey: m.idemKey, RequestHash: m.hash}
 	if m.body.EntryID != nil {
 		ch.EntryID = *m.body.EntryID
@@ -147,25 +148,25 @@ func replayedHeader(c echo.Context, replayed bool) {
 
 // RewindResult is the 200 body of a rewind and of a reset.
 type RewindResult struct {
-	Session     string          `json:"session"`
-	Incarnation log.Incarnation `json:"incarnation"`
+	Session     string             `json:"session"`
+	Incarnation record.Incarnation `json:"incarnation"`
 	// LeafID is the active path's new leaf ("" for the very start).
 	LeafID string `json:"leafId"`
 	// Offset is where to read from to see the change (the truncation, or
 	// for a reset "0"); NextOffset is the tail after it.
-	Offset     log.Offset `json:"offset"`
-	NextOffset log.Offset `json:"nextOffset"`
+	Offset     record.Offset `json:"offset"`
+	NextOffset record.Offset `json:"nextOffset"`
 	// Aborted are the submissions the change settled aborted.
 	Aborted []string `json:"aborted"`
 	UID     string   `json:"uid,omitempty"`
 	// PreviousIncarnation and PreviousTailOffset (a reset only) are the
 	// incarnation the reset ended and the tail of the records it removed:
 	// a client that read up to there knows it saw all of them.
-	PreviousIncarnation log.Incarnation `json:"previousIncarnation,omitempty"`
-	PreviousTailOffset  log.Offset      `json:"previousTailOffset,omitempty"`
+	PreviousIncarnation record.Incarnation `json:"previousIncarnation,omitempty"`
+	PreviousTailOffset  record.Offset      `json:"previousTailOffset,omitempty"`
 }
 
-func rewindResult(key log.Key, r log.ChangeResult) RewindResult {
+func rewindResult(key record.Key, r log.ChangeResult) RewindResult {
 	return RewindResult{Session: key.Session, Incarnation: r.Incarnation, LeafID: r.LeafID,
 		Offset: r.Offset, NextOffset: r.NextOffset, Aborted: r.Aborted, UID: r.UID,
 		PreviousIncarnation: r.PreviousIncarnation, PreviousTailOffset: r.PreviousTail}
@@ -229,14 +230,14 @@ func (l *lifecycle) regenerate(c echo.Context) error {
 
 // ForkResult is the 201 body of a fork.
 type ForkResult struct {
-	InstanceID      string          `json:"instanceId"`
-	Session         string          `json:"session"`
-	UID             string          `json:"uid"`
-	Incarnation     log.Incarnation `json:"incarnation"`
-	LeafID          string          `json:"leafId"`
-	NextOffset      log.Offset      `json:"nextOffset"`
-	ConversationURL string          `json:"conversationUrl"`
-	UpdatesURL      string          `json:"updatesUrl"`
+	InstanceID      string             `json:"instanceId"`
+	Session         string             `json:"session"`
+	UID             string             `json:"uid"`
+	Incarnation     record.Incarnation `json:"incarnation"`
+	LeafID          string             `json:"leafId"`
+	NextOffset      record.Offset      `json:"nextOffset"`
+	ConversationURL string             `json:"conversationUrl"`
+	UpdatesURL      string             `json:"updatesUrl"`
 }
 
 // fork is POST …/fork {"entryId", "instanceId"?, "session"?}: the new
@@ -255,21 +256,21 @@ func (l *lifecycle) fork(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	dst := log.Key{Agent: m.agent, Instance: m.instance}
+	dst := record.Key{Agent: m.agent, Instance: m.instance}
 	if m.body.InstanceID != nil {
-		if err := log.ValidateName(*m.body.InstanceID); err != nil {
-			return &APIError{Status: http.StatusBadRequest, Code: CodeInvalidName, Message: "instanceId: " + err.Error(), Cause: err}
+		if err := record.ValidateName(*m.body.InstanceID); err != nil {
+			return &wire.APIError{Status: http.StatusBadRequest, Code: wire.CodeInvalidName, Message: "instanceId: " + err.Error(), Cause: err}
 		}
 		dst.Instance = *m.body.InstanceID
 	}
 	switch {
 	case m.body.Session != nil:
-		if err := log.ValidateName(*m.body.Session); err != nil {
-			return &APIError{Status: http.StatusBadRequest, Code: CodeInvalidName, Message: "session: " + err.Error(), Cause: err}
+		if err := record.ValidateName(*m.body.Session); err != nil {
+			return &wire.APIError{Status: http.StatusBadRequest, Code: wire.CodeInvalidName, Message: "session: " + err.Error(), Cause: err}
 		}
 		dst.Session = *m.body.Session
 	case dst.Instance != src.Instance:
-		dst.Session = log.DefaultSession
+		dst.Session = record.DefaultSession
 	case m.idemKey != "":
 		// A retry must name the same conversation: derive it from the key.
 		sum := sha256.Sum256([]byte(m.idemKey + "\n" + m.hash))
@@ -338,7 +339,7 @@ func (l *lifecycle) delete(c echo.Context) error {
 			return badRequest("purge must be true or false, not %q", record.Clip(vs[0], 40))
 		}
 	}
-	ch := m.change(log.ChangeDelete, log.Key{Agent: m.agent, Instance: m.instance, Session: log.DefaultSession})
+	ch := m.change(log.ChangeDelete, record.Key{Agent: m.agent, Instance: m.instance, Session: record.DefaultSession})
 	ch.Purge = purge
 	res, replayed, err := l.conv.Change(c.Request().Context(), ch)
 	if err != nil {
@@ -351,8 +352,8 @@ func (l *lifecycle) delete(c echo.Context) error {
 // instances is GET /agents/:name?cursor=&limit=.
 func (l *lifecycle) instances(c echo.Context) error {
 	agent := pathParam(c, "name")
-	if err := log.ValidateName(agent); err != nil {
-		return &APIError{Status: http.StatusBadRequest, Code: CodeInvalidName, Message: "agent: " + err.Error(), Cause: err}
+	if err := record.ValidateName(agent); err != nil {
+		return &wire.APIError{Status: http.StatusBadRequest, Code: wire.CodeInvalidName, Message: "agent: " + err.Error(), Cause: err}
 	}
 	if err := l.s.agentExists(agent); err != nil {
 		return err
@@ -361,13 +362,13 @@ func (l *lifecycle) instances(c echo.Context) error {
 	if vs, ok := c.QueryParams()["limit"]; ok {
 		n, err := strconv.Atoi(vs[0])
 		if err != nil || n < 1 || n > log.MaxInstancesPage {
-			return apiErr(http.StatusBadRequest, CodeInvalidLimit, "limit must be an integer from 1 to %d, not %q", log.MaxInstancesPage, record.Clip(vs[0], 40))
+			return apiErr(http.StatusBadRequest, wire.CodeInvalidLimit, "limit must be an integer from 1 to %d, not %q", log.MaxInstancesPage, record.Clip(vs[0], 40))
 		}
 		limit = n
 	}
 	raw, err := l.s.cursors.open(agent, c.QueryParam("cursor"))
 	if err != nil {
-		return apiErr(http.StatusBadRequest, CodeInvalidCursor, "the cursor is not one this server gave out")
+		return apiErr(http.StatusBadRequest, wire.CodeInvalidCursor, "the cursor is not one this server gave out")
 	}
 	// Only what the caller may read, filtered during the walk: a page and
 	// its cursor are made of what the caller may see.
@@ -377,7 +378,7 @@ func (l *lifecycle) instances(c echo.Context) error {
 	}
 	list, next, err := l.log.InstancesVisible(c.Request().Context(), agent, raw, limit, visible)
 	if errors.Is(err, log.ErrInvalidOffset) {
-		return apiErr(http.StatusBadRequest, CodeInvalidCursor, "the cursor is not one this server gave out")
+		return apiErr(http.StatusBadRequest, wire.CodeInvalidCursor, "the cursor is not one this server gave out")
 	}
 	if err != nil {
 		return err

@@ -9,7 +9,8 @@ import (
 
 	"github.com/convlog/convlog/internal/auth"
 	"github.com/convlog/convlog/log"
-	"github.com/convlog/convlog/transport"
+	"github.com/convlog/convlog/log/record"
+	"github.com/convlog/convlog/transport/wire"
 )
 
 // TestLifecycleSerialised: a change to a conversation while another change
@@ -17,10 +18,10 @@ import (
 // queued behind it; a change to another session goes through, and a
 // delete of the instance waits for nobody but is refused too.
 func TestLifecycleSerialised(t *testing.T) {
-	entered := make(chan []log.Key, 1)
+	entered := make(chan []record.Key, 1)
 	release := make(chan struct{})
 	e := newEnv(t, func(o *envConfig) {
-		o.Quiesce = func(ctx context.Context, keys []log.Key, abortFirst bool, fn func(context.Context) error) error {
+		o.Quiesce = func(ctx context.Context, keys []record.Key, abortFirst bool, fn func(context.Context) error) error {
 			if keys[0].Session == "held" {
 				entered <- keys
 				<-release
@@ -30,8 +31,8 @@ func TestLifecycleSerialised(t *testing.T) {
 	})
 	ctx := testCtx(t)
 	for _, s := range []string{"held", "other"} {
-		key := log.Key{Agent: "echo", Instance: "i1", Session: s}
-		if _, _, err := e.db.Admit(ctx, log.Admission{Key: key, Records: []log.Record{userText("hi")}}); err != nil {
+		key := record.Key{Agent: "echo", Instance: "i1", Session: s}
+		if _, _, err := e.db.Admit(ctx, log.Admission{Key: key, Records: []record.Record{userText("hi")}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -50,7 +51,7 @@ func TestLifecycleSerialised(t *testing.T) {
 		{"DELETE", "/agents/echo/i1", ""},
 	} {
 		status, _, b := e.do(t, tc.method, tc.path, strings.NewReader(tc.body), map[string]string{"Content-Type": "application/json"})
-		if status != http.StatusConflict || errorOf(t, b)["code"] != transport.CodeMutationInProgress {
+		if status != http.StatusConflict || errorOf(t, b)["code"] != wire.CodeMutationInProgress {
 			t.Errorf("%s %s during a reset: %d %s", tc.method, tc.path, status, b)
 		}
 	}

@@ -8,10 +8,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/convlog/convlog/log"
 	"github.com/labstack/echo/v4"
 
 	"github.com/convlog/convlog/log/record"
+	"github.com/convlog/convlog/transport/wire"
 )
 
 // Live modes besides SSE: the stream as NDJSON (negotiated by Accept on
@@ -68,7 +68,7 @@ func negotiateStream(accept []string) (ndjson bool, err error) {
 			return true, nil
 		}
 	}
-	return false, apiErr(http.StatusNotAcceptable, CodeNotAcceptable, "this stream is served as %s; Accept allows none of them", strings.Join(streamTypes, " or "))
+	return false, apiErr(http.StatusNotAcceptable, wire.CodeNotAcceptable, "this stream is served as %s; Accept allows none of them", strings.Join(streamTypes, " or "))
 }
 
 // Long polls of GET .../conversation.
@@ -96,7 +96,7 @@ func longPollParams(c echo.Context) (bool, time.Duration, error) {
 		var err error
 		d, err = time.ParseDuration(vs[0])
 		if err != nil || d < 0 || d > MaxWait {
-			return false, 0, apiErr(http.StatusBadRequest, CodeInvalidWait, "timeout must be a duration from 0s to %s (like 30s), not %q", MaxWait, record.Clip(vs[0], 40))
+			return false, 0, apiErr(http.StatusBadRequest, wire.CodeInvalidWait, "timeout must be a duration from 0s to %s (like 30s), not %q", MaxWait, record.Clip(vs[0], 40))
 		}
 	}
 	return true, d, nil
@@ -105,7 +105,7 @@ func longPollParams(c echo.Context) (bool, time.Duration, error) {
 // longPoll reads a page, waiting up to d for records after offset when there
 // are none yet. It answers like a plain read: the records, or upToDate with
 // no batches when the wait ended first.
-func (s *Server) longPoll(c echo.Context, key log.Key, offset log.Offset, limit int, d time.Duration) (log.ReadResult, error) {
+func (s *Server) longPoll(c echo.Context, key record.Key, offset record.Offset, limit int, d time.Duration) (record.ReadResult, error) {
 	ctx := c.Request().Context()
 	// Outlive a server WriteTimeout shorter than the wait.
 	_ = http.NewResponseController(c.Response().Writer).SetWriteDeadline(time.Now().Add(d + 10*time.Second))

@@ -18,13 +18,6 @@ import (
 	"github.com/convlog/convlog/log/record"
 )
 
-// Codes of requests that are not valid HTTP, or not HTTP this server takes.
-const (
-	CodeMalformedRequest            = wire.CodeMalformedRequest            // 400: a request net/http cannot parse, or a malformed query
-	CodeHeadersTooLarge             = wire.CodeHeadersTooLarge             // 431: the request's headers are over the limit
-	CodeUnsupportedTransferEncoding = wire.CodeUnsupportedTransferEncoding // 400: a Transfer-Encoding other than chunked
-)
-
 // net/http answers a request it cannot parse itself, before any handler
 // runs, with one write on the connection of exactly this form (server.go,
 // conn.serve): a status line, these headers, and a short text. No handler
@@ -126,24 +119,24 @@ func rewriteNetHTTPError(p, head []byte, maxHeaderBytes int) ([]byte, bool) {
 // describeNetHTTPError says, as precisely as what was read allows, what
 // net/http refused. Every one is a client's mistake, so a 4xx: net/http's
 // 501 for a transfer coding and 505 for a version become 400.
-func describeNetHTTPError(code int, statusLine, text string, head []byte, maxHeaderBytes int) *APIError {
+func describeNetHTTPError(code int, statusLine, text string, head []byte, maxHeaderBytes int) *wire.APIError {
 	switch code {
 	case http.StatusRequestHeaderFieldsTooLarge:
-		return apiErr(code, CodeHeadersTooLarge, "the request's headers are larger than %d bytes", maxHeaderBytes)
+		return apiErr(code, wire.CodeHeadersTooLarge, "the request's headers are larger than %d bytes", maxHeaderBytes)
 	case http.StatusNotImplemented:
-		return apiErr(http.StatusBadRequest, CodeUnsupportedTransferEncoding,
+		return apiErr(http.StatusBadRequest, wire.CodeUnsupportedTransferEncoding,
 			"the request's Transfer-Encoding is not supported: send the body with a Content-Length, or chunked")
 	case http.StatusHTTPVersionNotSupported:
-		return apiErr(http.StatusBadRequest, CodeMalformedRequest, "the request's HTTP version is not supported (HTTP/1.0 and HTTP/1.1 are)")
+		return apiErr(http.StatusBadRequest, wire.CodeMalformedRequest, "the request's HTTP version is not supported (HTTP/1.0 and HTTP/1.1 are)")
 	}
 	// "400 Bad Request: missing required Host header" carries its reason.
 	if _, reason, ok := strings.Cut(statusLine, ": "); ok {
-		return apiErr(http.StatusBadRequest, CodeMalformedRequest, "the request is not valid HTTP: %s", reason)
+		return apiErr(http.StatusBadRequest, wire.CodeMalformedRequest, "the request is not valid HTTP: %s", reason)
 	}
 	if reason := diagnoseHead(head); reason != "" {
-		return apiErr(http.StatusBadRequest, CodeMalformedRequest, "the request is not valid HTTP: %s", reason)
+		return apiErr(http.StatusBadRequest, wire.CodeMalformedRequest, "the request is not valid HTTP: %s", reason)
 	}
-	return apiErr(http.StatusBadRequest, CodeMalformedRequest,
+	return apiErr(http.StatusBadRequest, wire.CodeMalformedRequest,
 		"the request is not valid HTTP/1.1: a malformed request line, URL (a bad %% escape) or header, or a bad or repeated Content-Length")
 }
 
@@ -189,7 +182,7 @@ func diagnoseHead(head []byte) string {
 func checkQuery(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		if _, err := url.ParseQuery(c.Request().URL.RawQuery); err != nil {
-			return apiErr(http.StatusBadRequest, CodeMalformedRequest, "the query string is malformed: %v", err)
+			return apiErr(http.StatusBadRequest, wire.CodeMalformedRequest, "the query string is malformed: %v", err)
 		}
 		return next(c)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/convlog/convlog/log"
 	"github.com/convlog/convlog/transport"
+	"github.com/convlog/convlog/transport/wire"
 	"github.com/convlog/convlog/worker"
 )
 
@@ -69,21 +70,21 @@ func TestMalformedHTTPAnswersJSON(t *testing.T) {
 		message   string // a part of the message
 	}{
 		{"bad % escape in the path", "GET /agents/echo/i%zz/conversation HTTP/1.1\r\nHost: x\r\n\r\n",
-			400, transport.CodeMalformedRequest, `invalid URL escape "%zz"`},
+			400, wire.CodeMalformedRequest, `invalid URL escape "%zz"`},
 		{"bad % escape in the query", "GET /agents/echo/i1/conversation?session=%zz HTTP/1.1\r\nHost: x\r\n\r\n",
-			400, transport.CodeMalformedRequest, "query string"},
+			400, wire.CodeMalformedRequest, "query string"},
 		{"Content-Length not a number", post + "Content-Length: abc\r\n\r\n{}",
-			400, transport.CodeMalformedRequest, `Content-Length "abc"`},
+			400, wire.CodeMalformedRequest, `Content-Length "abc"`},
 		{"two different Content-Lengths", post + "Content-Length: 2\r\nContent-Length: 3\r\n\r\n{}",
-			400, transport.CodeMalformedRequest, "more than once"},
+			400, wire.CodeMalformedRequest, "more than once"},
 		{"no Host", "GET /healthz HTTP/1.1\r\n\r\n",
-			400, transport.CodeMalformedRequest, "Host"},
+			400, wire.CodeMalformedRequest, "Host"},
 		{"headers over the limit", "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 80<<10) + "\r\n\r\n",
-			431, transport.CodeHeadersTooLarge, "65536"},
+			431, wire.CodeHeadersTooLarge, "65536"},
 		{"Transfer-Encoding gzip", post + "Transfer-Encoding: gzip\r\n\r\n",
-			400, transport.CodeUnsupportedTransferEncoding, "Transfer-Encoding"},
+			400, wire.CodeUnsupportedTransferEncoding, "Transfer-Encoding"},
 		{"a bad request line", "GET\r\nHost: x\r\n\r\n",
-			400, transport.CodeMalformedRequest, "not valid HTTP"},
+			400, wire.CodeMalformedRequest, "not valid HTTP"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			conn := dial(t, addr)

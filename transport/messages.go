@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/projection"
+	"github.com/convlog/convlog/transport/wire"
 	"github.com/labstack/echo/v4"
 )
 
@@ -31,11 +33,11 @@ const MaxViewRecords = 100_000
 // projection, so that a client in any language needs no reducer.
 type MessagesView struct {
 	// Incarnation is the stream's; null when the stream does not exist.
-	Incarnation log.Incarnation `json:"incarnation"`
+	Incarnation record.Incarnation `json:"incarnation"`
 	projection.View
 	// NextOffset is where the records the view covers end: read or
 	// stream the records from there to follow the conversation.
-	NextOffset log.Offset `json:"nextOffset"`
+	NextOffset record.Offset `json:"nextOffset"`
 }
 
 // MarshalJSON writes an absent incarnation as null, like the other routes.
@@ -46,17 +48,17 @@ func (v MessagesView) MarshalJSON() ([]byte, error) { return v.marshal("") }
 func (v MessagesView) marshal(typ string) ([]byte, error) {
 	type plain struct {
 		Type        string               `json:"type,omitempty"`
-		Incarnation *log.Incarnation     `json:"incarnation"`
+		Incarnation *record.Incarnation  `json:"incarnation"`
 		Messages    []projection.Message `json:"messages"`
-		Settlements []log.Settlement     `json:"settlements"`
-		NextOffset  log.Offset           `json:"nextOffset"`
+		Settlements []record.Settlement  `json:"settlements"`
+		NextOffset  record.Offset        `json:"nextOffset"`
 	}
 	p := plain{Type: typ, Messages: v.Messages, Settlements: v.Settlements, NextOffset: v.NextOffset}
 	if p.Messages == nil {
 		p.Messages = []projection.Message{}
 	}
 	if p.Settlements == nil {
-		p.Settlements = []log.Settlement{}
+		p.Settlements = []record.Settlement{}
 	}
 	if v.Incarnation != "" {
 		p.Incarnation = &v.Incarnation
@@ -82,7 +84,7 @@ func (s *Server) messages(c echo.Context) error {
 	// offset, when given, ends the view: the conversation as it was
 	// before that offset (the 202's offset gives the view before the
 	// delivery). By default the view goes to the tail.
-	var upTo log.Offset
+	var upTo record.Offset
 	if _, ok := c.QueryParams()["offset"]; ok {
 		if upTo, err = queryOffset(c); err != nil {
 			return err
@@ -91,7 +93,7 @@ func (s *Server) messages(c echo.Context) error {
 			return err // unknown_offset names the current incarnation
 		}
 	}
-	v, _, err := s.project(c, key, projection.NewProjector(), log.Start, upTo)
+	v, _, err := s.project(c, key, projection.NewProjector(), record.Start, upTo)
 	if err != nil {
 		return err
 	}
@@ -105,7 +107,7 @@ func (s *Server) messages(c echo.Context) error {
 	// The page budget, as for the conversation's pages: a view is held
 	// whole while a slow client takes it.
 	if !s.pages.take(int64(len(b))) {
-		return overloaded(c, CodeOverloaded, "too many large answers are being written; retry shortly")
+		return overloaded(c, wire.CodeOverloaded, "too many large answers are being written; retry shortly")
 	}
 	defer s.pages.give(int64(len(b)))
 	c.Response().Header().Set(echo.HeaderCacheControl, "no-store")
@@ -142,7 +144,7 @@ func wantsEventStream(accept string) bool {
 // project applies the records from offset to upTo ("" for the tail) to p
 // and returns the view and the records applied. It reads page by page:
 // only the projection is held, never the records.
-func (s *Server) project(c echo.Context, key log.Key, p *projection.Projector, offset, upTo log.Offset) (MessagesView, int, error) {
+func (s *Server) project(c echo.Context, key record.Key, p *projection.Projector, offset, upTo record.Offset) (MessagesView, int, error) {
 	ctx := c.Request().Context()
 	v := MessagesView{NextOffset: offset}
 	applied := 0
@@ -191,7 +193,7 @@ func (s *Server) project(c echo.Context, key log.Key, p *projection.Projector, o
 // frame replaces the previous one: a reset needs no special handling by
 // the client (the next frame simply has the new incarnation), and an id
 // the stream no longer matches makes the server send the full view.
-func (s *Server) messagesStream(c echo.Context, key log.Key) error {
+func (s *Server) messagesStream(c echo.Context, key record.Key) error {
 	req := c.Request()
 	raw := req.Header.Get("Last-Event-ID")
 	if raw == "" {
@@ -199,8 +201,8 @@ func (s *Server) messagesStream(c echo.Context, key log.Key) error {
 			raw = vs[0]
 		}
 	}
-	var resume log.Offset
-	var resumeInc log.Incarnation
+	var resume record.Offset
+	var resumeInc record.Incarnation
 	haveInc := false
 	if raw != "" {
 		off, inc, ok := strings.Cut(raw, "/")
@@ -208,7 +210,7 @@ func (s *Server) messagesStream(c echo.Context, key log.Key) error {
 		if err != nil {
 			return err
 		}
-		resume, resumeInc, haveInc = o, log.Incarnation(inc), ok
+		resume, resumeInc, haveInc = o, record.Incarnation(inc), ok
 	}
 	endStream, err := s.beginStream(c)
 	if err != nil {
@@ -241,7 +243,7 @@ func (s *Server) messagesStream(c echo.Context, key log.Key) error {
 
 	p := projection.NewProjector()
 	var v MessagesView
-	v.NextOffset = log.Start
+	v.NextOffset = record.Start
 	send := resume == "" // a new reader gets the view at once
 	first := true
 	for {
@@ -250,7 +252,7 @@ func (s *Server) messagesStream(c echo.Context, key log.Key) error {
 		if err != nil && errors.Is(err, log.ErrUnknownOffset) || err == nil && v.Incarnation != "" && nv.Incarnation != v.Incarnation {
 			// Reset under us: start over, and send the new view whole.
 			release()
-			p, v, send, first = projection.NewProjector(), MessagesView{NextOffset: log.Start}, true, false
+			p, v, send, first = projection.NewProjector(), MessagesView{NextOffset: record.Start}, true, false
 			continue
 		}
 		if err != nil {
@@ -288,7 +290,7 @@ func (s *Server) messagesStream(c echo.Context, key log.Key) error {
 			if !s.pages.take(int64(len(b))) {
 				release()
 				s.endStream(c.Request().Context(), c.Request().URL.Path, w,
-					apiErr(http.StatusServiceUnavailable, CodeOverloaded, "too many large views are being written; resume shortly"))
+					apiErr(http.StatusServiceUnavailable, wire.CodeOverloaded, "too many large views are being written; resume shortly"))
 				return nil
 			}
 			held = int64(len(b))

@@ -8,30 +8,32 @@ import (
 	"testing"
 
 	"github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/transport"
 	"github.com/convlog/convlog/transport/client"
+	"github.com/convlog/convlog/transport/wire"
 )
 
 type messagesBody struct {
-	Type        string           `json:"type"`
-	Incarnation *log.Incarnation `json:"incarnation"`
+	Type        string              `json:"type"`
+	Incarnation *record.Incarnation `json:"incarnation"`
 	Messages    []struct {
 		Role  string `json:"role"`
 		Parts []struct {
 			Text string `json:"text"`
 		} `json:"parts"`
 	} `json:"messages"`
-	Settlements []log.Settlement `json:"settlements"`
-	NextOffset  log.Offset       `json:"nextOffset"`
+	Settlements []record.Settlement `json:"settlements"`
+	NextOffset  record.Offset       `json:"nextOffset"`
 }
 
 func TestMessagesJSON(t *testing.T) {
 	e := newEnv(t)
 	ctx := testCtx(t)
-	key := log.Key{Agent: "echo", Instance: "view", Session: "s"}
+	key := record.Key{Agent: "echo", Instance: "view", Session: "s"}
 	status, _, body := e.do(t, http.MethodGet, "/agents/echo/view/messages?session=s", nil, nil)
 	var v messagesBody
-	if status != http.StatusOK || json.Unmarshal(body, &v) != nil || v.Incarnation != nil || len(v.Messages) != 0 || v.NextOffset != log.Start || v.Settlements == nil {
+	if status != http.StatusOK || json.Unmarshal(body, &v) != nil || v.Incarnation != nil || len(v.Messages) != 0 || v.NextOffset != record.Start || v.Settlements == nil {
 		t.Fatalf("absent stream: %d %s", status, body)
 	}
 	a1, err := e.db.Append(ctx, key, userText("question"))
@@ -55,7 +57,7 @@ func TestMessagesJSON(t *testing.T) {
 		t.Fatalf("view up to %s: %d %s", a2.Offset, status, body)
 	}
 	status, _, body = e.do(t, http.MethodGet, "/agents/echo/view/messages?session=s&offset=99", nil, nil)
-	if status != http.StatusBadRequest || errorOf(t, body)["code"] != transport.CodeUnknownOffset {
+	if status != http.StatusBadRequest || errorOf(t, body)["code"] != wire.CodeUnknownOffset {
 		t.Fatalf("unknown offset: %d %s", status, body)
 	}
 }
@@ -107,7 +109,7 @@ func nextView(t *testing.T, sr *client.StreamReader) (messagesBody, string) {
 func TestMessagesSSE(t *testing.T) {
 	e := newEnv(t)
 	ctx := testCtx(t)
-	key := log.Key{Agent: "echo", Instance: "view", Session: log.DefaultSession}
+	key := record.Key{Agent: "echo", Instance: "view", Session: record.DefaultSession}
 	if _, err := e.db.Append(ctx, key, userText("one")); err != nil {
 		t.Fatal(err)
 	}
@@ -155,8 +157,8 @@ func TestMessagesSSE(t *testing.T) {
 func TestMessagesViewTooLarge(t *testing.T) {
 	e := newEnv(t)
 	ctx := testCtx(t)
-	key := log.Key{Agent: "echo", Instance: "huge", Session: log.DefaultSession}
-	batch := make([]log.Record, 1000)
+	key := record.Key{Agent: "echo", Instance: "huge", Session: record.DefaultSession}
+	batch := make([]record.Record, 1000)
 	for written := 0; written <= transport.MaxViewRecords; written += len(batch) {
 		for i := range batch {
 			batch[i] = userText("x")
@@ -178,7 +180,7 @@ func TestMessagesViewTooLarge(t *testing.T) {
 func TestMessagesSSEResumeAcrossIncarnations(t *testing.T) {
 	e := newEnv(t)
 	ctx := testCtx(t)
-	key := log.Key{Agent: "echo", Instance: "view", Session: log.DefaultSession}
+	key := record.Key{Agent: "echo", Instance: "view", Session: record.DefaultSession}
 	old, err := e.db.Append(ctx, key, userText("before"))
 	if err != nil {
 		t.Fatal(err)
@@ -213,8 +215,8 @@ func TestMessagesSSEResumeAcrossIncarnations(t *testing.T) {
 // cap 30 readers of a 4.3 MB view that never read took a gigabyte.
 func TestMessagesViewBytesCap(t *testing.T) {
 	e := newEnv(t, func(o *envConfig) { o.MaxViewBytes = 4 << 10 })
-	key := log.Key{Agent: "echo", Instance: "big", Session: "default"}
-	if _, err := e.db.Write(context.Background(), log.Write{Key: key, Records: []log.Record{userText(strings.Repeat("x", 8<<10))}}); err != nil {
+	key := record.Key{Agent: "echo", Instance: "big", Session: "default"}
+	if _, err := e.db.Write(context.Background(), log.Write{Key: key, Records: []record.Record{userText(strings.Repeat("x", 8<<10))}}); err != nil {
 		t.Fatal(err)
 	}
 	status, _, body := e.do(t, http.MethodGet, "/agents/echo/big/messages", nil, nil)

@@ -9,7 +9,8 @@ import (
 	"testing"
 
 	"github.com/convlog/convlog/log"
-	"github.com/convlog/convlog/transport"
+	"github.com/convlog/convlog/log/record"
+	"github.com/convlog/convlog/transport/wire"
 )
 
 // A write refused for want of disk space answers 507 insufficient_storage
@@ -18,15 +19,15 @@ import (
 // here the abort's settlement reports it.
 func TestNoSpaceIs507(t *testing.T) {
 	e := newEnv(t, func(o *envConfig) {
-		o.Abort = func(context.Context, string) (log.Submission, error) {
-			return log.Submission{}, fmt.Errorf("abort: commit: %w: write convlog.db: no space left on device", log.ErrNoSpace)
+		o.Abort = func(context.Context, string) (record.Submission, error) {
+			return record.Submission{}, fmt.Errorf("abort: commit: %w: write convlog.db: no space left on device", log.ErrNoSpace)
 		}
 	})
 	status, _, b := e.postJSON(t, "/agents/echo/i", `{"session":"s","message":"hi"}`, nil)
 	if status != http.StatusAccepted {
 		t.Fatalf("deliver: %d %s", status, b)
 	}
-	var acc transport.Accepted
+	var acc wire.Accepted
 	if err := json.Unmarshal(b, &acc); err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +36,7 @@ func TestNoSpaceIs507(t *testing.T) {
 	if status != http.StatusInsufficientStorage || !strings.HasPrefix(h.Get("Content-Type"), "application/json") {
 		t.Fatalf("abort on a full disk: %d %s %s", status, h.Get("Content-Type"), b)
 	}
-	if e := errorOf(t, b); e["code"] != transport.CodeInsufficientStorage {
+	if e := errorOf(t, b); e["code"] != wire.CodeInsufficientStorage {
 		t.Fatalf("body: %s", b)
 	}
 }

@@ -14,13 +14,14 @@ import (
 	"testing"
 
 	"github.com/convlog/convlog/log"
-	"github.com/convlog/convlog/transport"
+	"github.com/convlog/convlog/log/record"
+	"github.com/convlog/convlog/transport/wire"
 )
 
 // withEveryRoute turns on the optional routes.
 func withEveryRoute(o *envConfig) {
-	o.Abort = func(ctx context.Context, id string) (log.Submission, error) {
-		return log.Submission{}, log.ErrSubmissionNotFound
+	o.Abort = func(ctx context.Context, id string) (record.Submission, error) {
+		return record.Submission{}, log.ErrSubmissionNotFound
 	}
 	o.Metrics = http.NotFoundHandler()
 	o.Backup = backupFunc(func(ctx context.Context, begin func(int64) (io.Writer, error)) (int64, error) { return 0, nil })
@@ -146,16 +147,16 @@ func responseSamples(t *testing.T) []byte {
 		out = append(out, sample{name, schema, b})
 	}
 	add("202", "Accepted", http.MethodPost, "/agents/echo/doc", `{"message":{"kind":"user","body":"hello"},"session":"s"}`)
-	var acc transport.Accepted
+	var acc wire.Accepted
 	if err := json.Unmarshal(out[0].Body, &acc); err != nil {
 		t.Fatal(err)
 	}
-	key := log.Key{Agent: "echo", Instance: "doc", Session: "s"}
+	key := record.Key{Agent: "echo", Instance: "doc", Session: "s"}
 	if _, err := e.db.Write(ctx, log.Write{Key: key, Start: []string{acc.SubmissionID}, TurnID: "turn_1"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.db.Write(ctx, log.Write{Key: key, TurnID: "turn_1", Records: []log.Record{assistantText("hi")},
-		Settle: []log.Settlement{{SubmissionID: acc.SubmissionID, Outcome: log.OutcomeFailed, Error: &log.Failure{Code: "boom", Message: "it broke"}}}}); err != nil {
+	if _, err := e.db.Write(ctx, log.Write{Key: key, TurnID: "turn_1", Records: []record.Record{assistantText("hi")},
+		Settle: []record.Settlement{{SubmissionID: acc.SubmissionID, Outcome: record.OutcomeFailed, Error: &record.Failure{Code: "boom", Message: "it broke"}}}}); err != nil {
 		t.Fatal(err)
 	}
 	add("conversation", "ReadResult", http.MethodGet, "/agents/echo/doc/conversation?session=s", "")

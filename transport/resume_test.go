@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 )
 
 // A client that follows the streaming protocol literally ("reconnect with
@@ -22,7 +22,7 @@ func TestStreamResumeFromFrameJSON(t *testing.T) {
 	ctx := testCtx(t)
 	var want []string
 	for i := range 6 {
-		recs := []log.Record{userText(fmt.Sprintf("u%d", i))}
+		recs := []record.Record{userText(fmt.Sprintf("u%d", i))}
 		want = append(want, fmt.Sprintf("u%d", i))
 		if i%2 == 1 { // batches of one and of two records
 			recs = append(recs, assistantText(fmt.Sprintf("a%d", i)))
@@ -39,7 +39,7 @@ func TestStreamResumeFromFrameJSON(t *testing.T) {
 			for len(got) < len(want) {
 				frame := firstConversationJSON(ctx, t, e.ts.Client(), e.ts.URL+"/agents/echo/i1/stream?offset="+url.QueryEscape(offset))
 				var f struct {
-					Records []log.Record `json:"records"`
+					Records []record.Record `json:"records"`
 				}
 				if err := json.Unmarshal(frame, &f); err != nil {
 					t.Fatal(err)

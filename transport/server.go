@@ -18,6 +18,7 @@ import (
 	"github.com/convlog/convlog/internal/auth"
 	"github.com/convlog/convlog/internal/conversation"
 	"github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/transport/wire"
 	"github.com/convlog/convlog/worker"
 	"github.com/labstack/echo/v4"
@@ -29,15 +30,15 @@ import (
 // it can be faked: the tests use a real *log.DB. Nothing here writes: every
 // change of a conversation goes through Conversations.
 type Log interface {
-	Read(ctx context.Context, key log.Key, offset log.Offset, limit int) (log.ReadResult, error)
+	Read(ctx context.Context, key record.Key, offset record.Offset, limit int) (record.ReadResult, error)
 	// ReadBytes is Read with a smaller bound on the bytes of the page.
-	ReadBytes(ctx context.Context, key log.Key, offset log.Offset, limit, maxBytes int) (log.ReadResult, error)
-	Pending(ctx context.Context, key log.Key) ([]log.Submission, error)
-	Submission(ctx context.Context, id string) (log.Submission, error)
+	ReadBytes(ctx context.Context, key record.Key, offset record.Offset, limit, maxBytes int) (record.ReadResult, error)
+	Pending(ctx context.Context, key record.Key) ([]record.Submission, error)
+	Submission(ctx context.Context, id string) (record.Submission, error)
 	// Changed is closed by the next commit that appends to or resets key.
-	Changed(key log.Key) (ch <-chan struct{}, release func())
+	Changed(key record.Key) (ch <-chan struct{}, release func())
 	// Watch follows key for a reader that waits again and again.
-	Watch(key log.Key) *log.Watch
+	Watch(key record.Key) *log.Watch
 	// Done is closed when the log closes.
 	Done() <-chan struct{}
 }
@@ -52,9 +53,9 @@ type Conversations interface {
 	Agent(name string) (worker.AgentOptions, error)
 	// Agents describes the agents served, for GET /agents.
 	Agents() []worker.AgentInfo
-	Admit(ctx context.Context, a log.Admission) (sub log.Submission, replayed bool, err error)
-	Abort(ctx context.Context, submissionID string) (log.Submission, error)
-	AbortSession(ctx context.Context, key log.Key) error
+	Admit(ctx context.Context, a log.Admission) (sub record.Submission, replayed bool, err error)
+	Abort(ctx context.Context, submissionID string) (record.Submission, error)
+	AbortSession(ctx context.Context, key record.Key) error
 	Change(ctx context.Context, c log.Change) (log.ChangeResult, bool, error)
 }
 
@@ -79,7 +80,7 @@ type Backuper interface {
 // all that accumulated in one write.
 type DeltaSource interface {
 	// FollowDeltas follows key's frames from now on.
-	FollowDeltas(key log.Key) (DeltaCursor, error)
+	FollowDeltas(key record.Key) (DeltaCursor, error)
 }
 
 // DeltaCursor is one reader's position in a conversation's frames.
@@ -491,11 +492,11 @@ func (f *inflight) wait(ctx context.Context) error {
 // exists.
 func (s *Server) instance(c echo.Context) (agent, instance string, err error) {
 	agent, instance = pathParam(c, "name"), pathParam(c, "instanceId")
-	if err := log.ValidateName(agent); err != nil {
-		return "", "", &APIError{Status: http.StatusBadRequest, Code: CodeInvalidName, Message: "agent: " + err.Error(), Cause: err}
+	if err := record.ValidateName(agent); err != nil {
+		return "", "", &wire.APIError{Status: http.StatusBadRequest, Code: wire.CodeInvalidName, Message: "agent: " + err.Error(), Cause: err}
 	}
-	if err := log.ValidateName(instance); err != nil {
-		return "", "", &APIError{Status: http.StatusBadRequest, Code: CodeInvalidName, Message: "instance: " + err.Error(), Cause: err}
+	if err := record.ValidateName(instance); err != nil {
+		return "", "", &wire.APIError{Status: http.StatusBadRequest, Code: wire.CodeInvalidName, Message: "instance: " + err.Error(), Cause: err}
 	}
 	if _, err := s.opts.Conversations.Agent(agent); err != nil {
 		return "", "", err
@@ -514,30 +515,30 @@ func pathParam(c echo.Context, name string) string {
 }
 
 // sessionKey adds the session of the query (default "default") to the route.
-func sessionKey(c echo.Context, agent, instance string) (log.Key, error) {
-	session := log.DefaultSession
+func sessionKey(c echo.Context, agent, instance string) (record.Key, error) {
+	session := record.DefaultSession
 	if vs, ok := c.QueryParams()["session"]; ok {
 		session = vs[0]
 	}
-	if err := log.ValidateName(session); err != nil {
-		return log.Key{}, &APIError{Status: http.StatusBadRequest, Code: CodeInvalidName, Message: "session: " + err.Error(), Cause: err}
+	if err := record.ValidateName(session); err != nil {
+		return record.Key{}, &wire.APIError{Status: http.StatusBadRequest, Code: wire.CodeInvalidName, Message: "session: " + err.Error(), Cause: err}
 	}
-	return log.Key{Agent: agent, Instance: instance, Session: session}, nil
+	return record.Key{Agent: agent, Instance: instance, Session: session}, nil
 }
 
 // queryOffset is the offset query parameter, "0" when absent.
-func queryOffset(c echo.Context) (log.Offset, error) {
+func queryOffset(c echo.Context) (record.Offset, error) {
 	vs, ok := c.QueryParams()["offset"]
 	if !ok {
-		return log.Start, nil
+		return record.Start, nil
 	}
 	return parseOffset(vs[0])
 }
 
-func parseOffset(s string) (log.Offset, error) {
-	o, err := log.ParseOffset(s)
+func parseOffset(s string) (record.Offset, error) {
+	o, err := record.ParseOffset(s)
 	if err != nil {
-		return "", &APIError{Status: http.StatusBadRequest, Code: CodeInvalidOffset, Message: err.Error(), Cause: err}
+		return "", &wire.APIError{Status: http.StatusBadRequest, Code: wire.CodeInvalidOffset, Message: err.Error(), Cause: err}
 	}
 	return o, nil
 }

@@ -9,18 +9,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/transport/wire"
 )
 
 // ndjsonKeepalive is the keepalive line of an NDJSON stream.
 const ndjsonKeepalive = `{"type":"keepalive"}` + "\n"
-
-// Frame types: see package wire.
-const (
-	FrameConversation = wire.FrameConversation
-	FrameError        = wire.FrameError
-)
 
 // sseWriter writes Server-Sent Events to a response. Frames collect in a
 // large buffer borrowed from a pool for the duration of one flush, so that a
@@ -176,7 +170,7 @@ func (w *sseWriter) event(id string, data []byte) {
 // The stored records are spliced in without decoding. They are compact
 // JSON, written by encoding/json; should they ever hold a line break, the
 // frame takes the slower path that splits it into data lines.
-func (w *sseWriter) conversation(inc log.Incarnation, b log.Batch, next log.Offset) {
+func (w *sseWriter) conversation(inc record.Incarnation, b record.Batch, next record.Offset) {
 	if w.frames != nil && (w.buf == nil || w.buf.Size() != sseBulkBuffer) {
 		// A live frame (a catch-up page borrows the bulk buffer first):
 		// the other readers at the tail write the same bytes.
@@ -222,7 +216,7 @@ func (w *sseWriter) conversation(inc log.Incarnation, b log.Batch, next log.Offs
 // streamError is the data of an error frame, the last frame of a stream.
 type streamError struct {
 	Type string `json:"type"`
-	*APIError
+	*wire.APIError
 }
 
 // MarshalJSON puts "type" first, then the error's own fields.
@@ -236,8 +230,8 @@ func (e streamError) MarshalJSON() ([]byte, error) {
 
 // errorFrame writes {"type":"error","code":...,"message":...} with no id:
 // an error is not a position to resume from.
-func (w *sseWriter) errorFrame(e *APIError) {
-	data, err := json.Marshal(streamError{Type: FrameError, APIError: e})
+func (w *sseWriter) errorFrame(e *wire.APIError) {
+	data, err := json.Marshal(streamError{Type: wire.FrameError, APIError: e})
 	if err != nil {
 		data = []byte(`{"type":"error","code":"internal","message":"internal error"}`)
 	}
@@ -315,19 +309,19 @@ const (
 //
 //	id: 0
 //	data: {"type":"reset","incarnation":"inc_new","previousIncarnation":"inc_old","offset":"0"}
-func (w *sseWriter) resetFrame(old, inc log.Incarnation) {
+func (w *sseWriter) resetFrame(old, inc record.Incarnation) {
 	b := append([]byte(nil), `{"type":"reset","incarnation":`...)
 	b = appendIncarnation(b, inc)
 	b = append(b, `,"previousIncarnation":`...)
 	b = appendIncarnation(b, old)
 	b = append(b, `,"offset":"0"}`...)
-	w.event(string(log.Start), b)
+	w.event(string(record.Start), b)
 }
 
 // endedFrame writes, with no id (there is nothing to resume),
 //
 //	data: {"type":"ended","reason":"deleted","incarnation":"inc_…","message":…}
-func (w *sseWriter) endedFrame(inc log.Incarnation) {
+func (w *sseWriter) endedFrame(inc record.Incarnation) {
 	b := append([]byte(nil), `{"type":"ended","reason":"deleted","incarnation":`...)
 	b = appendIncarnation(b, inc)
 	b = append(b, `,"message":"the conversation ended: its instance was deleted"}`...)

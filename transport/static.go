@@ -10,6 +10,7 @@ import (
 
 	"github.com/convlog/convlog/transport/console"
 	"github.com/convlog/convlog/transport/jsclient"
+	"github.com/convlog/convlog/transport/wire"
 	"github.com/labstack/echo/v4"
 )
 
@@ -51,7 +52,7 @@ func serveFS(files fs.FS, index string) echo.HandlerFunc {
 		}
 		b, err := fs.ReadFile(files, name)
 		if err != nil || name == "" {
-			return apiErr(http.StatusNotFound, CodeNotFound, "no such file %q", c.Request().URL.Path)
+			return apiErr(http.StatusNotFound, wire.CodeNotFound, "no such file %q", c.Request().URL.Path)
 		}
 		h := c.Response().Header()
 		ct, ok := staticTypes[path.Ext(name)]

@@ -8,6 +8,8 @@ import (
 
 	"github.com/convlog/convlog/internal/auth"
 	"github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
+	"github.com/convlog/convlog/transport/wire"
 	"github.com/labstack/echo/v4"
 )
 
@@ -35,7 +37,7 @@ func (s *Server) stream(c echo.Context) error {
 		return err
 	}
 	req := c.Request()
-	var offset log.Offset
+	var offset record.Offset
 	if id := req.Header.Get("Last-Event-ID"); id != "" {
 		offset, err = parseOffset(id)
 	} else {
@@ -155,7 +157,7 @@ var testHookStreamOpened func()
 // copies it out and closes its transaction), writes it, and when up to
 // date waits in a single select on the log, the deltas, the heartbeat,
 // the client and shutdown. Nothing is held while it writes or waits.
-func (s *Server) tail(ctx context.Context, w *sseWriter, key log.Key, inc log.Incarnation, offset log.Offset, deltas DeltaCursor, principal auth.Principal, path string) {
+func (s *Server) tail(ctx context.Context, w *sseWriter, key record.Key, inc record.Incarnation, offset record.Offset, deltas DeltaCursor, principal auth.Principal, path string) {
 	// The client sees the stream open before the first record exists.
 	w.comment("connected")
 	if w.flush() != nil {
@@ -188,10 +190,10 @@ func (s *Server) tail(ctx context.Context, w *sseWriter, key log.Key, inc log.In
 			switch {
 			case !errors.As(err, &oe):
 				// The stream we served is gone: its instance was deleted.
-				err, page = nil, log.ReadResult{}
+				err, page = nil, record.ReadResult{}
 			case oe.Incarnation != inc:
 				// Reset, and our offset is past the new tail.
-				err, page = nil, log.ReadResult{Incarnation: oe.Incarnation}
+				err, page = nil, record.ReadResult{Incarnation: oe.Incarnation}
 			}
 		}
 		if err != nil {
@@ -208,7 +210,7 @@ func (s *Server) tail(ctx context.Context, w *sseWriter, key log.Key, inc log.In
 				// Reset: say so, with id 0 so that a reconnect resumes in
 				// the new incarnation, and go on from its start.
 				w.resetFrame(inc, page.Incarnation)
-				inc, offset = page.Incarnation, log.Start
+				inc, offset = page.Incarnation, record.Start
 				if w.flush() != nil {
 					return
 				}
@@ -236,7 +238,7 @@ func (s *Server) tail(ctx context.Context, w *sseWriter, key log.Key, inc log.In
 			// It takes records slower than they come: nothing piles up
 			// here (the log is the buffer), but it would never catch up
 			// live. Say so and let it resume from where it is.
-			e := apiErr(0, CodeReaderTooSlow, "this reader fell %d records behind the live tail (limit %d); resume from offset %s, or read by polling", page.Remaining, s.opts.MaxLag, offset)
+			e := apiErr(0, wire.CodeReaderTooSlow, "this reader fell %d records behind the live tail (limit %d); resume from offset %s, or read by polling", page.Remaining, s.opts.MaxLag, offset)
 			e.Offset = offset
 			w.errorFrame(e)
 			_ = w.flush()
@@ -281,7 +283,7 @@ func (s *Server) waitTail(ctx context.Context, w *sseWriter, changed <-chan stru
 			if principal.Expired(time.Now()) {
 				// The token that opened the stream has expired: say so,
 				// and the client reconnects with a fresh one.
-				w.errorFrame(&APIError{Code: CodeUnauthorized, Message: "the token that opened this stream has expired; reconnect with a new one"})
+				w.errorFrame(&wire.APIError{Code: wire.CodeUnauthorized, Message: "the token that opened this stream has expired; reconnect with a new one"})
 				w.flush()
 				return false
 			}

@@ -13,11 +13,13 @@ import (
 	"time"
 
 	"github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/transport"
 	"github.com/convlog/convlog/transport/client"
+	"github.com/convlog/convlog/transport/wire"
 )
 
-var streamKey = log.Key{Agent: "echo", Instance: "i1", Session: "default"}
+var streamKey = record.Key{Agent: "echo", Instance: "i1", Session: "default"}
 
 func TestStreamReplayThenTail(t *testing.T) {
 	e := newEnv(t)
@@ -30,7 +32,7 @@ func TestStreamReplayThenTail(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := e.c.Stream(ctx, "echo", "i1", "", log.Start)
+	r, err := e.c.Stream(ctx, "echo", "i1", "", record.Start)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +47,7 @@ func TestStreamReplayThenTail(t *testing.T) {
 		texts []string
 	}{{a1, []string{"one", "two"}}, {a2, []string{"three"}}} {
 		f := nextData(t, r)
-		if f.Type != transport.FrameConversation || f.BatchOffset != want.a.Offset || f.NextOffset != want.a.NextOffset ||
+		if f.Type != wire.FrameConversation || f.BatchOffset != want.a.Offset || f.NextOffset != want.a.NextOffset ||
 			f.ID != string(want.a.NextOffset) || f.Incarnation != want.a.Incarnation || len(f.Records) != len(want.texts) {
 			t.Fatalf("frame %+v, want batch %+v", f, want.a)
 		}
@@ -131,19 +133,19 @@ func TestStreamDeltas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := e.c.Stream(ctx, "echo", "i1", "default", log.Start)
+	r, err := e.c.Stream(ctx, "echo", "i1", "default", record.Start)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	if f := nextData(t, r); f.Type != transport.FrameConversation {
+	if f := nextData(t, r); f.Type != wire.FrameConversation {
 		t.Fatalf("frame %+v", f)
 	}
 	// Subscribed before the headers were sent.
 	if n := e.hub.subscribers(streamKey); n != 1 {
 		t.Fatalf("%d delta subscribers", n)
 	}
-	e.hub.publish(log.Key{Agent: "echo", Instance: "i1", Session: "other"}, `{"type":"delta","text":"not ours"}`)
+	e.hub.publish(record.Key{Agent: "echo", Instance: "i1", Session: "other"}, `{"type":"delta","text":"not ours"}`)
 	e.hub.publish(streamKey, `{"type":"delta","text":"tok"}`)
 	e.hub.publish(streamKey, "{\"type\":\"toolcall_delta\",\n\"args\":\"{\\\"a\\\"\"}")
 	f := nextData(t, r)
@@ -163,7 +165,7 @@ func TestStreamDeltas(t *testing.T) {
 	if _, err := e.db.Append(ctx, streamKey, assistantText("done")); err != nil {
 		t.Fatal(err)
 	}
-	if f := nextData(t, r); f.Type != transport.FrameConversation || textOf(t, f.Records[0]) != "done" {
+	if f := nextData(t, r); f.Type != wire.FrameConversation || textOf(t, f.Records[0]) != "done" {
 		t.Fatalf("frame after deltas %+v", f)
 	}
 }
@@ -173,7 +175,7 @@ func TestStreamDeltas(t *testing.T) {
 func TestStreamDeltasDropWhenSlow(t *testing.T) {
 	e := newEnv(t)
 	ctx := testCtx(t)
-	r, err := e.c.Stream(ctx, "echo", "i1", "", log.Start)
+	r, err := e.c.Stream(ctx, "echo", "i1", "", record.Start)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +205,7 @@ func TestStreamDeltasDropWhenSlow(t *testing.T) {
 	}
 	for {
 		f := nextData(t, r)
-		if f.Type == transport.FrameConversation {
+		if f.Type == wire.FrameConversation {
 			if f.BatchOffset != a.Offset || textOf(t, f.Records[0]) != "kept" {
 				t.Fatalf("frame %+v", f)
 			}
@@ -219,7 +221,7 @@ func TestStreamDeltasDropWhenSlow(t *testing.T) {
 func TestStreamHeartbeat(t *testing.T) {
 	e := newEnv(t, func(o *envConfig) { o.Heartbeat = 50 * time.Millisecond })
 	ctx := testCtx(t)
-	r, err := e.c.Stream(ctx, "echo", "i1", "", log.Start)
+	r, err := e.c.Stream(ctx, "echo", "i1", "", record.Start)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +254,7 @@ func TestStreamResumeLastEventID(t *testing.T) {
 	var sent []string
 	appendText := func(texts ...string) {
 		t.Helper()
-		recs := make([]log.Record, len(texts))
+		recs := make([]record.Record, len(texts))
 		for i, s := range texts {
 			recs[i] = userText(s)
 		}
@@ -272,7 +274,7 @@ func TestStreamResumeLastEventID(t *testing.T) {
 		}
 	}
 	sctx, cancel := context.WithCancel(ctx)
-	r, err := e.c.Stream(sctx, "echo", "i1", "", log.Start)
+	r, err := e.c.Stream(sctx, "echo", "i1", "", record.Start)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,7 +325,7 @@ func TestStreamResumeLastEventID(t *testing.T) {
 func TestStreamClientGoesAway(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithCancel(testCtx(t))
-	r, err := e.c.Stream(ctx, "echo", "i1", "", log.Start)
+	r, err := e.c.Stream(ctx, "echo", "i1", "", record.Start)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -351,17 +353,17 @@ func TestStreamReset(t *testing.T) {
 	for _, regrow := range []bool{false, true} {
 		t.Run(fmt.Sprint("regrow=", regrow), func(t *testing.T) {
 			// A session of its own: each case starts from an empty stream.
-			streamKey := log.Key{Agent: "echo", Instance: "i1", Session: fmt.Sprint("regrow-", regrow)}
+			streamKey := record.Key{Agent: "echo", Instance: "i1", Session: fmt.Sprint("regrow-", regrow)}
 			if _, err := e.db.Append(ctx, streamKey, userText("old")); err != nil {
 				t.Fatal(err)
 			}
-			r, err := e.c.Stream(ctx, "echo", "i1", streamKey.Session, log.Start)
+			r, err := e.c.Stream(ctx, "echo", "i1", streamKey.Session, record.Start)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer r.Close()
 			f := nextData(t, r)
-			if f.Type != transport.FrameConversation {
+			if f.Type != wire.FrameConversation {
 				t.Fatalf("%+v", f)
 			}
 			if regrow {
@@ -401,7 +403,7 @@ func TestStreamReset(t *testing.T) {
 				}
 			}
 			f = nextData(t, r)
-			if f.Type != transport.FrameConversation || f.Incarnation != inc || f.BatchOffset != log.Start {
+			if f.Type != wire.FrameConversation || f.Incarnation != inc || f.BatchOffset != record.Start {
 				t.Fatalf("after the reset frame: %+v", f)
 			}
 			r.Close()
@@ -428,15 +430,15 @@ func TestStreamBadOffsets(t *testing.T) {
 	if status != 400 || errorOf(t, b)["code"] != "invalid_offset" {
 		t.Errorf("bad Last-Event-ID: %d %s", status, b)
 	}
-	if _, err := e.c.Stream(ctx, "ghost", "i1", "", ""); !client.IsCode(err, transport.CodeNotFound) {
+	if _, err := e.c.Stream(ctx, "ghost", "i1", "", ""); !client.IsCode(err, wire.CodeNotFound) {
 		t.Errorf("unknown agent: %v", err)
 	}
 	// Well-formed but never produced: a plain 400 with the incarnation,
 	// before the stream opens (an EventSource stops on it, where an error
 	// frame would make it reconnect forever).
 	_, err = e.c.Stream(ctx, "echo", "i1", "", "1")
-	var ae *transport.APIError
-	if !errors.As(err, &ae) || ae.Status != 400 || ae.Code != transport.CodeUnknownOffset || ae.Incarnation != a.Incarnation {
+	var ae *wire.APIError
+	if !errors.As(err, &ae) || ae.Status != 400 || ae.Code != wire.CodeUnknownOffset || ae.Incarnation != a.Incarnation {
 		t.Fatalf("unknown offset: %v", err)
 	}
 }
@@ -447,7 +449,7 @@ func TestStreamCatchUp(t *testing.T) {
 	ctx := testCtx(t)
 	const batches, per = 30, 100 // 3000 records: three pages
 	for i := 0; i < batches; i++ {
-		recs := make([]log.Record, per)
+		recs := make([]record.Record, per)
 		for j := range recs {
 			recs[j] = userText(fmt.Sprint(i*per + j))
 		}
@@ -455,13 +457,13 @@ func TestStreamCatchUp(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r, err := e.c.Stream(ctx, "echo", "i1", "", log.Start)
+	r, err := e.c.Stream(ctx, "echo", "i1", "", record.Start)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
 	n := 0
-	prev := log.Start
+	prev := record.Start
 	for i := 0; i < batches; i++ {
 		f := nextData(t, r)
 		if f.BatchOffset != prev {
@@ -484,7 +486,7 @@ func TestStreamEndsOnShutdownAndClose(t *testing.T) {
 	t.Run("shutdown", func(t *testing.T) {
 		e := newEnv(t)
 		ctx := testCtx(t)
-		r, err := e.c.Stream(ctx, "echo", "i1", "", log.Start)
+		r, err := e.c.Stream(ctx, "echo", "i1", "", record.Start)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -502,7 +504,7 @@ func TestStreamEndsOnShutdownAndClose(t *testing.T) {
 	t.Run("log closed", func(t *testing.T) {
 		e := newEnv(t)
 		ctx := testCtx(t)
-		r, err := e.c.Stream(ctx, "echo", "i1", "", log.Start)
+		r, err := e.c.Stream(ctx, "echo", "i1", "", record.Start)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -522,7 +524,7 @@ func TestStreamEndsOnShutdownAndClose(t *testing.T) {
 		if _, err := e.db.Append(ctx, streamKey, userText("still served")); err != nil {
 			t.Fatal(err)
 		}
-		r, err := e.c.Stream(ctx, "echo", "i1", "", log.Start)
+		r, err := e.c.Stream(ctx, "echo", "i1", "", record.Start)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -549,12 +551,12 @@ func TestStreamReaderTooSlow(t *testing.T) {
 	if _, err := e.db.Append(ctx, streamKey, userText("start")); err != nil {
 		t.Fatal(err)
 	}
-	r, err := e.c.Stream(ctx, "echo", "i1", "", log.Start)
+	r, err := e.c.Stream(ctx, "echo", "i1", "", record.Start)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	var seen []log.Offset
+	var seen []record.Offset
 	f := nextData(t, r) // the tail: the reader is live
 	seen = append(seen, f.BatchOffset)
 
@@ -562,7 +564,7 @@ func TestStreamReaderTooSlow(t *testing.T) {
 	// more than loopback socket buffers hold) are appended: the server
 	// blocks on its write, and finds itself far behind when it can write
 	// again.
-	batch := make([]log.Record, 1000)
+	batch := make([]record.Record, 1000)
 	for range 100 {
 		for i := range batch {
 			batch[i] = userText("a record of some size, so that pages fill socket buffers quickly")
@@ -571,18 +573,18 @@ func TestStreamReaderTooSlow(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var slow *transport.APIError
+	var slow *wire.APIError
 	for slow == nil {
 		f, err := r.Next()
 		switch {
 		case errors.As(err, &slow):
 		case err != nil:
 			t.Fatalf("stream ended without reader_too_slow: %v", err)
-		case f.Type == transport.FrameConversation:
+		case f.Type == wire.FrameConversation:
 			seen = append(seen, f.BatchOffset)
 		}
 	}
-	if slow.Code != transport.CodeReaderTooSlow || slow.Offset == "" || string(slow.Offset) != r.LastEventID() {
+	if slow.Code != wire.CodeReaderTooSlow || slow.Offset == "" || string(slow.Offset) != r.LastEventID() {
 		t.Fatalf("final frame %+v, last event id %q", slow, r.LastEventID())
 	}
 	// Resume from the offset it named: every batch exactly once.
@@ -598,7 +600,7 @@ func TestStreamReaderTooSlow(t *testing.T) {
 		if err != nil {
 			t.Fatalf("resumed stream: %v", err)
 		}
-		if f.Type != transport.FrameConversation {
+		if f.Type != wire.FrameConversation {
 			continue
 		}
 		if f.BatchOffset != next {
@@ -607,12 +609,12 @@ func TestStreamReaderTooSlow(t *testing.T) {
 		seen = append(seen, f.BatchOffset)
 		next = f.NextOffset
 	}
-	all, err := e.db.Read(ctx, streamKey, log.Start, log.MaxReadLimit)
+	all, err := e.db.Read(ctx, streamKey, record.Start, log.MaxReadLimit)
 	if err != nil {
 		t.Fatal(err)
 	}
-	off := log.Start
-	var want []log.Offset
+	off := record.Start
+	var want []record.Offset
 	for {
 		for _, b := range all.Batches {
 			want = append(want, b.Offset)
@@ -635,7 +637,7 @@ func TestStreamReaderTooSlow(t *testing.T) {
 func TestStreamBurst(t *testing.T) {
 	e := newEnv(t)
 	ctx := testCtx(t)
-	r, err := e.c.Stream(ctx, "echo", "i1", "", log.Start)
+	r, err := e.c.Stream(ctx, "echo", "i1", "", record.Start)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -657,7 +659,7 @@ func TestStreamBurst(t *testing.T) {
 				t.Fatalf("turn %d delta %d: %+v, want %s", turn, i, f, want)
 			}
 		}
-		if f := nextData(t, r); f.Type != transport.FrameConversation || f.BatchOffset != a.Offset {
+		if f := nextData(t, r); f.Type != wire.FrameConversation || f.BatchOffset != a.Offset {
 			t.Fatalf("turn %d: %+v, want the batch at %s", turn, f, a.Offset)
 		}
 	}
@@ -671,7 +673,7 @@ func TestStreamWritesAWindowOnce(t *testing.T) {
 	const window = 300 * time.Millisecond
 	e := newEnvLog(t, &log.Options{WakeDelay: func(int) time.Duration { return window }})
 	ctx := testCtx(t)
-	r, err := e.c.Stream(ctx, "echo", "i1", "", log.Start)
+	r, err := e.c.Stream(ctx, "echo", "i1", "", record.Start)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -688,7 +690,7 @@ func TestStreamWritesAWindowOnce(t *testing.T) {
 	}
 	before, _ := e.srv.StreamWrites()
 	began := time.Now()
-	var offsets []log.Offset
+	var offsets []record.Offset
 	for i := range 3 {
 		a, err := e.db.Append(ctx, streamKey, assistantText(fmt.Sprint("reply ", i)))
 		if err != nil {
@@ -698,7 +700,7 @@ func TestStreamWritesAWindowOnce(t *testing.T) {
 	}
 	inWindow := time.Since(began) < window
 	for i, want := range offsets {
-		if f := nextData(t, r); f.Type != transport.FrameConversation || f.BatchOffset != want {
+		if f := nextData(t, r); f.Type != wire.FrameConversation || f.BatchOffset != want {
 			t.Fatalf("frame %d: %+v, want the batch at %s", i, f, want)
 		}
 	}
@@ -721,13 +723,13 @@ func TestStreamChangedBeforeFirstPage(t *testing.T) {
 		t.Run(string(kind), func(t *testing.T) {
 			e := newEnv(t)
 			ctx := testCtx(t)
-			key := log.Key{Agent: "echo", Instance: "i1", Session: "default"}
+			key := record.Key{Agent: "echo", Instance: "i1", Session: "default"}
 			if _, err := e.db.Append(ctx, key, userText("one")); err != nil {
 				t.Fatal(err)
 			}
 			opened, proceed := make(chan struct{}), make(chan struct{})
 			defer transport.SetStreamOpenedHook(func() { close(opened); <-proceed })()
-			r, err := e.c.Stream(ctx, "echo", "i1", "", log.Start)
+			r, err := e.c.Stream(ctx, "echo", "i1", "", record.Start)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -10,9 +10,10 @@ import (
 	"time"
 
 	"github.com/convlog/convlog/internal/auth"
-	"github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/transport"
 	"github.com/convlog/convlog/transport/client"
+	"github.com/convlog/convlog/transport/wire"
 )
 
 // Over MaxStreams a stream is refused 503 too_many_streams with
@@ -22,7 +23,7 @@ func TestMaxStreams(t *testing.T) {
 	e := newEnv(t, func(o *envConfig) { o.MaxStreams = 2 })
 	ctx := testCtx(t)
 	open := func(ctx context.Context) (*client.StreamReader, error) {
-		r, err := e.c.Stream(ctx, "echo", "i1", "", log.Start)
+		r, err := e.c.Stream(ctx, "echo", "i1", "", record.Start)
 		if err != nil {
 			return nil, err
 		}
@@ -48,7 +49,7 @@ func TestMaxStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	status, h, b := resp.StatusCode, resp.Header, readAll(t, resp)
-	if status != http.StatusServiceUnavailable || errorOf(t, b)["code"] != transport.CodeTooManyStreams ||
+	if status != http.StatusServiceUnavailable || errorOf(t, b)["code"] != wire.CodeTooManyStreams ||
 		h.Get("Retry-After") == "" || !resp.Close {
 		t.Fatalf("third stream: status %d, headers %v: %s", status, h, b)
 	}
@@ -159,7 +160,7 @@ func TestEveryLongResponseCapped(t *testing.T) {
 					t.Errorf("%s beyond the cap: opened", r.name)
 					continue
 				}
-				if st != http.StatusServiceUnavailable || errorOf(t, b)["code"] != transport.CodeTooManyStreams || hd.Get("Retry-After") == "" {
+				if st != http.StatusServiceUnavailable || errorOf(t, b)["code"] != wire.CodeTooManyStreams || hd.Get("Retry-After") == "" {
 					t.Errorf("%s beyond the cap: %d %v %s", r.name, st, hd, b)
 				}
 				if n := e.admitted.Load(); n != before {

@@ -15,27 +15,18 @@ import (
 	"github.com/convlog/convlog/log/record"
 )
 
-// Codes of the refusals of checkStrictJSON. encoding/json would accept each
-// of these inputs and store something other than what was sent: invalid
+// checkStrictJSON refuses what encoding/json would silently alter: invalid
 // UTF-8 and lone surrogate escapes become U+FFFD, the last of duplicate keys
 // wins, and an out-of-range number is kept as text that a JavaScript reader
-// parses as Infinity.
-const (
-	CodeInvalidUTF8      = wire.CodeInvalidUTF8      // 400: bytes that are not UTF-8, or a lone \uD800–\uDFFF escape
-	CodeDuplicateKey     = wire.CodeDuplicateKey     // 400: an object with the same key twice
-	CodeNumberOutOfRange = wire.CodeNumberOutOfRange // 400: a number beyond the range of a 64-bit float
-)
-
-// checkStrictJSON refuses what encoding/json would silently alter. It runs
-// before decoding; syntax errors are left to the decoder, whose messages
-// say where.
+// parses as Infinity. It runs before decoding; syntax errors are left to the
+// decoder, whose messages say where.
 func checkStrictJSON(body []byte) error {
 	if !utf8.Valid(body) {
 		i := firstInvalidUTF8(body)
-		return apiErr(http.StatusBadRequest, CodeInvalidUTF8, "the body is not valid UTF-8 (at byte %d)", i)
+		return apiErr(http.StatusBadRequest, wire.CodeInvalidUTF8, "the body is not valid UTF-8 (at byte %d)", i)
 	}
 	if i := loneSurrogate(body); i >= 0 {
-		return apiErr(http.StatusBadRequest, CodeInvalidUTF8, `the body has a \u escape of a lone UTF-16 surrogate (at byte %d), which is not a character`, i)
+		return apiErr(http.StatusBadRequest, wire.CodeInvalidUTF8, `the body has a \u escape of a lone UTF-16 surrogate (at byte %d), which is not a character`, i)
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
@@ -66,7 +57,7 @@ func checkStrictJSON(body []byte) error {
 			if expectKey {
 				keys := stack[len(stack)-1]
 				if _, dup := keys[t]; dup {
-					return apiErr(http.StatusBadRequest, CodeDuplicateKey, "the key %q appears twice in one object (at byte %d)", record.Clip(t, 40), dec.InputOffset())
+					return apiErr(http.StatusBadRequest, wire.CodeDuplicateKey, "the key %q appears twice in one object (at byte %d)", record.Clip(t, 40), dec.InputOffset())
 				}
 				keys[t] = struct{}{}
 				expectKey = false
@@ -74,7 +65,7 @@ func checkStrictJSON(body []byte) error {
 			}
 		case json.Number:
 			if _, err := strconv.ParseFloat(string(t), 64); errors.Is(err, strconv.ErrRange) {
-				return apiErr(http.StatusBadRequest, CodeNumberOutOfRange, "the number %s is beyond the range of a 64-bit float (at byte %d)", record.Clip(string(t), 40), dec.InputOffset())
+				return apiErr(http.StatusBadRequest, wire.CodeNumberOutOfRange, "the number %s is beyond the range of a 64-bit float (at byte %d)", record.Clip(string(t), 40), dec.InputOffset())
 			}
 		}
 		// After a value inside an object comes a key again.

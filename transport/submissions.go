@@ -4,17 +4,17 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/convlog/convlog/log"
 	"github.com/labstack/echo/v4"
 
 	"github.com/convlog/convlog/log/record"
+	"github.com/convlog/convlog/transport/wire"
 )
 
 // MaxWait bounds the long poll of GET .../submissions/:id?wait=.
 const MaxWait = 60 * time.Second
 
 // submission is GET /agents/:name/:instanceId/submissions/:submissionId:
-// the submission's status (log.Submission's JSON). With ?wait=<duration>
+// the submission's status (record.Submission's JSON). With ?wait=<duration>
 // it waits until the submission is settled or the wait ends, then answers
 // 200 with its state either way.
 func (s *Server) submission(c echo.Context) error {
@@ -85,7 +85,7 @@ func queryWait(c echo.Context) (time.Duration, error) {
 	}
 	d, err := time.ParseDuration(vs[0])
 	if err != nil || d < 0 || d > MaxWait {
-		return 0, apiErr(http.StatusBadRequest, CodeInvalidWait, "wait must be a duration from 0s to %s (like 30s), not %q", MaxWait, record.Clip(vs[0], 40))
+		return 0, apiErr(http.StatusBadRequest, wire.CodeInvalidWait, "wait must be a duration from 0s to %s (like 30s), not %q", MaxWait, record.Clip(vs[0], 40))
 	}
 	return d, nil
 }
@@ -93,18 +93,18 @@ func queryWait(c echo.Context) (time.Duration, error) {
 // submissionOfRoute checks the route's agent and instance and returns a
 // getter of the route's submission. Ids are global; the route scopes them:
 // another instance's submission is as absent here as one that never was.
-func (s *Server) submissionOfRoute(c echo.Context) (func() (log.Submission, error), error) {
+func (s *Server) submissionOfRoute(c echo.Context) (func() (record.Submission, error), error) {
 	agent, instance, err := s.instance(c)
 	if err != nil {
 		return nil, err
 	}
 	id := pathParam(c, "submissionId")
-	notFound := apiErr(http.StatusNotFound, CodeNotFound, "no submission %q for %s/%s", record.Clip(id, 40), agent, instance)
-	if len(id) > log.MaxIDLength {
+	notFound := apiErr(http.StatusNotFound, wire.CodeNotFound, "no submission %q for %s/%s", record.Clip(id, 40), agent, instance)
+	if len(id) > record.MaxIDLength {
 		return nil, notFound
 	}
 	ctx := c.Request().Context()
-	return func() (log.Submission, error) {
+	return func() (record.Submission, error) {
 		sub, err := s.db.Submission(ctx, id)
 		if err != nil {
 			return sub, err

@@ -8,18 +8,19 @@ import (
 	"time"
 
 	"github.com/convlog/convlog/log"
-	"github.com/convlog/convlog/transport"
+	"github.com/convlog/convlog/log/record"
+	"github.com/convlog/convlog/transport/wire"
 )
 
 func TestSubmissionWaitReturnsOnSettle(t *testing.T) {
 	e := newEnv(t)
 	ctx := testCtx(t)
-	acc, err := e.c.Deliver(ctx, "echo", "i1", transport.DeliverRequest{Message: transport.Message{Body: "work"}}, "")
+	acc, err := e.c.Deliver(ctx, "echo", "i1", wire.DeliverRequest{Message: wire.Message{Body: "work"}}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	type result struct {
-		sub log.Submission
+		sub record.Submission
 		err error
 		at  time.Time
 	}
@@ -40,8 +41,8 @@ func TestSubmissionWaitReturnsOnSettle(t *testing.T) {
 	}
 	time.Sleep(50 * time.Millisecond)
 	settled := time.Now()
-	if _, err := e.db.Write(ctx, log.Write{Key: streamKey, Settle: []log.Settlement{{
-		SubmissionID: acc.SubmissionID, Outcome: log.OutcomeFailed, Error: &log.Failure{Code: "model", Message: "overloaded", Retryable: true},
+	if _, err := e.db.Write(ctx, log.Write{Key: streamKey, Settle: []record.Settlement{{
+		SubmissionID: acc.SubmissionID, Outcome: record.OutcomeFailed, Error: &record.Failure{Code: "model", Message: "overloaded", Retryable: true},
 	}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +50,7 @@ func TestSubmissionWaitReturnsOnSettle(t *testing.T) {
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
-	if r.sub.Status != log.StatusFailed || r.sub.Error == nil || r.sub.Error.Message != "overloaded" || r.sub.ID != acc.SubmissionID || r.sub.SettledAt.IsZero() {
+	if r.sub.Status != record.StatusFailed || r.sub.Error == nil || r.sub.Error.Message != "overloaded" || r.sub.ID != acc.SubmissionID || r.sub.SettledAt.IsZero() {
 		t.Fatalf("settled submission %+v", r.sub)
 	}
 	if d := r.at.Sub(settled); d > 2*time.Second {
@@ -57,7 +58,7 @@ func TestSubmissionWaitReturnsOnSettle(t *testing.T) {
 	}
 	// Settled already: no waiting at all.
 	start := time.Now()
-	if s, err := e.c.Submission(ctx, "echo", "i1", acc.SubmissionID, time.Minute); err != nil || s.Status != log.StatusFailed || time.Since(start) > 2*time.Second {
+	if s, err := e.c.Submission(ctx, "echo", "i1", acc.SubmissionID, time.Minute); err != nil || s.Status != record.StatusFailed || time.Since(start) > 2*time.Second {
 		t.Fatalf("%+v %v after %v", s, err, time.Since(start))
 	}
 }
@@ -65,13 +66,13 @@ func TestSubmissionWaitReturnsOnSettle(t *testing.T) {
 func TestSubmissionWaitTimesOut(t *testing.T) {
 	e := newEnv(t)
 	ctx := testCtx(t)
-	acc, err := e.c.Deliver(ctx, "echo", "i1", transport.DeliverRequest{Message: transport.Message{Body: "slow"}}, "")
+	acc, err := e.c.Deliver(ctx, "echo", "i1", wire.DeliverRequest{Message: wire.Message{Body: "slow"}}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
 	s, err := e.c.Submission(ctx, "echo", "i1", acc.SubmissionID, 200*time.Millisecond)
-	if err != nil || s.Status != log.StatusAdmitted {
+	if err != nil || s.Status != record.StatusAdmitted {
 		t.Fatalf("%+v %v", s, err)
 	}
 	if d := time.Since(start); d < 200*time.Millisecond || d > 3*time.Second {
@@ -89,7 +90,7 @@ func TestSubmissionWaitTimesOut(t *testing.T) {
 func TestSubmissionErrors(t *testing.T) {
 	e := newEnv(t)
 	ctx := testCtx(t)
-	acc, err := e.c.Deliver(ctx, "echo", "i1", transport.DeliverRequest{Message: transport.Message{Body: "x"}}, "")
+	acc, err := e.c.Deliver(ctx, "echo", "i1", wire.DeliverRequest{Message: wire.Message{Body: "x"}}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

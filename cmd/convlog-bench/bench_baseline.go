@@ -15,7 +15,7 @@ import (
 
 	"github.com/oklog/ulid/v2"
 
-	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 )
 
 // The baselines a team would build instead of convlog, served through the
@@ -180,16 +180,16 @@ func (b *benchBaselineServer) deliver(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.Session == "" {
-		req.Session = clog.DefaultSession
+		req.Session = record.DefaultSession
 	}
-	if clog.ValidateName(req.Session) != nil {
+	if record.ValidateName(req.Session) != nil {
 		benchHTTPError(w, http.StatusBadRequest, "bad session")
 		return
 	}
-	payload, _ := json.Marshal(clog.MessagePayload{Parts: []clog.Part{{Type: clog.PartText, Text: req.Message.Body}}})
+	payload, _ := json.Marshal(record.MessagePayload{Parts: []record.Part{{Type: record.PartText, Text: req.Message.Body}}})
 	sub := "sub_" + benchULID()
-	records, err := json.Marshal([]clog.Record{clog.EntryRecord(clog.Entry{
-		ID: benchULID(), Timestamp: time.Now().UTC(), Type: clog.EntryUserMessage, SubmissionID: sub, Payload: payload,
+	records, err := json.Marshal([]record.Record{record.EntryRecord(record.Entry{
+		ID: benchULID(), Timestamp: time.Now().UTC(), Type: record.EntryUserMessage, SubmissionID: sub, Payload: payload,
 	})})
 	if err != nil {
 		benchHTTPError(w, http.StatusInternalServerError, err.Error())
@@ -210,9 +210,9 @@ func benchSessionOffset(r *http.Request) (string, string, error) {
 	q := r.URL.Query()
 	session := q.Get("session")
 	if session == "" {
-		session = clog.DefaultSession
+		session = record.DefaultSession
 	}
-	if err := clog.ValidateName(session); err != nil {
+	if err := record.ValidateName(session); err != nil {
 		return "", "", err
 	}
 	off := q.Get("offset")

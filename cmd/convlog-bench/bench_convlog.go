@@ -19,6 +19,7 @@ import (
 	"time"
 
 	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 )
 
 // The convlog side of each scenario. Deliveries go to the echo agent
@@ -920,7 +921,7 @@ const secBenchCatchup = "4. Catch-up"
 // as log/bench_test.go's.
 func benchCatchupPayload() json.RawMessage {
 	text := bytes.Repeat([]byte("x"), 256-150)
-	p, _ := json.Marshal(clog.MessagePayload{Parts: []clog.Part{{Type: clog.PartText, Text: string(text)}}})
+	p, _ := json.Marshal(record.MessagePayload{Parts: []record.Part{{Type: record.PartText, Text: string(text)}}})
 	return p
 }
 
@@ -933,7 +934,7 @@ func benchBuildCatchup(dir string, records int) error {
 	if err != nil {
 		return err
 	}
-	key := clog.Key{Agent: benchAgent, Instance: benchInstance, Session: "catchup"}
+	key := record.Key{Agent: benchAgent, Instance: benchInstance, Session: "catchup"}
 	payload := benchCatchupPayload()
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -942,10 +943,10 @@ func benchBuildCatchup(dir string, records int) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			recs := make([]clog.Record, benchCatchupPerBatch)
+			recs := make([]record.Record, benchCatchupPerBatch)
 			for next.Add(benchCatchupPerBatch) <= int64(records) {
 				for j := range recs {
-					recs[j] = clog.EntryRecord(clog.Entry{Type: clog.EntryUserMessage, Payload: payload})
+					recs[j] = record.EntryRecord(record.Entry{Type: record.EntryUserMessage, Payload: payload})
 				}
 				if _, err := db.Append(context.Background(), key, recs...); err != nil {
 					first.CompareAndSwap(nil, err)
@@ -1169,9 +1170,9 @@ func benchCatchupRows(records int) [][]byte {
 	rows := make([][]byte, 0, records/benchCatchupPerBatch)
 	now := time.Now().UTC()
 	for i := 0; i < records; i += benchCatchupPerBatch {
-		recs := make([]clog.Record, benchCatchupPerBatch)
+		recs := make([]record.Record, benchCatchupPerBatch)
 		for j := range recs {
-			recs[j] = clog.EntryRecord(clog.Entry{ID: benchULID(), ParentID: "", Timestamp: now, Type: clog.EntryUserMessage, Payload: payload})
+			recs[j] = record.EntryRecord(record.Entry{ID: benchULID(), ParentID: "", Timestamp: now, Type: record.EntryUserMessage, Payload: payload})
 		}
 		b, _ := json.Marshal(recs)
 		rows = append(rows, b)
@@ -1382,14 +1383,14 @@ func benchSessionRows(turns int) [][]byte {
 	var rows [][]byte
 	for t := range turns {
 		text := fmt.Sprintf("session turn %d says hello", t)
-		p, _ := json.Marshal(clog.MessagePayload{Parts: []clog.Part{{Type: clog.PartText, Text: text}}})
+		p, _ := json.Marshal(record.MessagePayload{Parts: []record.Part{{Type: record.PartText, Text: text}}})
 		sub := "sub_" + benchULID()
-		user, _ := json.Marshal([]clog.Record{clog.EntryRecord(clog.Entry{ID: benchULID(), Timestamp: now, Type: clog.EntryUserMessage, SubmissionID: sub, Payload: p})})
+		user, _ := json.Marshal([]record.Record{record.EntryRecord(record.Entry{ID: benchULID(), Timestamp: now, Type: record.EntryUserMessage, SubmissionID: sub, Payload: p})})
 		settle, _ := json.Marshal(map[string]string{"submissionId": sub, "outcome": "completed"})
 		turnID := "turn_" + benchULID()
-		reply, _ := json.Marshal([]clog.Record{
-			clog.EntryRecord(clog.Entry{ID: benchULID(), Timestamp: now, Type: clog.EntryAssistantMessage, SubmissionID: sub, TurnID: turnID, Payload: p}),
-			clog.EntryRecord(clog.Entry{ID: benchULID(), Timestamp: now, Type: clog.EntrySettlement, SubmissionID: sub, TurnID: turnID, Payload: settle}),
+		reply, _ := json.Marshal([]record.Record{
+			record.EntryRecord(record.Entry{ID: benchULID(), Timestamp: now, Type: record.EntryAssistantMessage, SubmissionID: sub, TurnID: turnID, Payload: p}),
+			record.EntryRecord(record.Entry{ID: benchULID(), Timestamp: now, Type: record.EntrySettlement, SubmissionID: sub, TurnID: turnID, Payload: settle}),
 		})
 		rows = append(rows, user, reply)
 	}

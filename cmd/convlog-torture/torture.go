@@ -15,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/transport/client"
 )
 
@@ -407,7 +407,7 @@ func (t *torture) run(ctx context.Context) error {
 	readCtx, stopReaders := context.WithCancel(ctx)
 	var readersWG sync.WaitGroup
 	for i := range cfg.Readers {
-		r := &tortureReader{t: t, id: i, session: t.sessions[i%len(t.sessions)], expected: clog.Start}
+		r := &tortureReader{t: t, id: i, session: t.sessions[i%len(t.sessions)], expected: record.Start}
 		t.readers = append(t.readers, r)
 		readersWG.Add(1)
 		go func() { defer readersWG.Done(); r.run(readCtx) }()

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/projection"
 )
 
@@ -37,8 +38,8 @@ import (
 type tortureRewind struct {
 	Session     string
 	EntryID     string
-	Incarnation clog.Incarnation
-	Offset      clog.Offset // where its truncation's batch starts
+	Incarnation record.Incarnation
+	Offset      record.Offset // where its truncation's batch starts
 	LeafID      string
 }
 
@@ -46,19 +47,19 @@ type tortureRewind struct {
 type tortureReset struct {
 	Session  string
 	Removed  *tortureSessionLog // the session read whole just before
-	Previous clog.Incarnation
-	Tail     clog.Offset // the tail the reset says it removed
-	New      clog.Incarnation
+	Previous record.Incarnation
+	Tail     record.Offset // the tail the reset says it removed
+	New      record.Incarnation
 }
 
 // changeResult is the answer of a rewind or a reset.
 type changeResult struct {
-	Incarnation         clog.Incarnation `json:"incarnation"`
-	LeafID              string           `json:"leafId"`
-	Offset              clog.Offset      `json:"offset"`
-	Aborted             []string         `json:"aborted"`
-	PreviousIncarnation clog.Incarnation `json:"previousIncarnation"`
-	PreviousTailOffset  clog.Offset      `json:"previousTailOffset"`
+	Incarnation         record.Incarnation `json:"incarnation"`
+	LeafID              string             `json:"leafId"`
+	Offset              record.Offset      `json:"offset"`
+	Aborted             []string           `json:"aborted"`
+	PreviousIncarnation record.Incarnation `json:"previousIncarnation"`
+	PreviousTailOffset  record.Offset      `json:"previousTailOffset"`
 }
 
 // changer makes a change every ~ChangeEvery until stop closes.
@@ -241,7 +242,7 @@ func (r *tortureReport) verifyChanges(in tortureVerifyInput) {
 		r.sample("change: %s", p)
 	}
 	// Every incarnation of every session: the removed reads and the final.
-	byInc := map[clog.Incarnation]*tortureSessionLog{}
+	byInc := map[record.Incarnation]*tortureSessionLog{}
 	for _, rs := range in.Resets {
 		if rs.Previous != rs.Removed.Incarnation || rs.Tail != rs.Removed.Next {
 			r.ResetsUnaccounted++
@@ -259,13 +260,13 @@ func (r *tortureReport) verifyChanges(in tortureVerifyInput) {
 			r.sample("rewind of %s to before %s: incarnation %s was never read", rw.Session, rw.EntryID, rw.Incarnation)
 			continue
 		}
-		var target *clog.Entry
+		var target *record.Entry
 		for _, rec := range l.Records {
-			if rec.Kind == clog.KindEntry && rec.Entry.ID == rw.EntryID {
+			if rec.Kind == record.KindEntry && rec.Entry.ID == rw.EntryID {
 				target = rec.Entry
 			}
 		}
-		var trunc *clog.Record
+		var trunc *record.Record
 		for i, b := range l.Batches {
 			if b.Offset == rw.Offset && len(l.BatchRecords[i]) > 0 {
 				last := l.BatchRecords[i][len(l.BatchRecords[i])-1]
@@ -277,10 +278,10 @@ func (r *tortureReport) verifyChanges(in tortureVerifyInput) {
 			onPath = onPath || m.ID == rw.EntryID
 		}
 		switch {
-		case target == nil || target.Type != clog.EntryUserMessage:
+		case target == nil || target.Type != record.EntryUserMessage:
 			r.RewindsUnseen++
 			r.sample("rewind of %s to before %s: no such user message in %s", rw.Session, rw.EntryID, rw.Incarnation)
-		case trunc == nil || trunc.Kind != clog.KindTruncated || trunc.Reason != clog.ReasonRewind || trunc.RewoundTo != target.ParentID || rw.LeafID != target.ParentID:
+		case trunc == nil || trunc.Kind != record.KindTruncated || trunc.Reason != clog.ReasonRewind || trunc.RewoundTo != target.ParentID || rw.LeafID != target.ParentID:
 			r.RewindsUnseen++
 			r.sample("rewind of %s to before %s: no truncation to %q ending the batch at %q", rw.Session, rw.EntryID, target.ParentID, rw.Offset)
 		case onPath:

@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/convlog/convlog/transport"
+	"github.com/convlog/convlog/transport/wire"
 	"github.com/convlog/convlog/worker/natsbus"
 )
 
@@ -291,7 +291,7 @@ func (t *torture) clusterKill(ctx context.Context) error {
 
 // postProbe posts the cycle's probe message to a session of its own.
 func (t *torture) postProbe(ctx context.Context, cycle int) (string, error) {
-	req := transport.DeliverRequest{Message: transport.Message{Kind: "user", Body: fmt.Sprintf("probe %d", cycle)}, Session: fmt.Sprintf("probe-%d", cycle)}
+	req := wire.DeliverRequest{Message: wire.Message{Kind: "user", Body: fmt.Sprintf("probe %d", cycle)}, Session: fmt.Sprintf("probe-%d", cycle)}
 	for {
 		actx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		acc, err := t.client.Deliver(actx, tortureAgent, t.instance, req, fmt.Sprintf("%s/probe-%d", t.instance, cycle))

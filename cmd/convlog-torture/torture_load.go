@@ -10,9 +10,10 @@ import (
 	"sync"
 	"time"
 
-	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/transport"
 	"github.com/convlog/convlog/transport/client"
+	"github.com/convlog/convlog/transport/wire"
 )
 
 // tortureAdmission is a delivery that got a 202.
@@ -20,7 +21,7 @@ type tortureAdmission struct {
 	SubmissionID string
 	Text         string
 	Session      string
-	Offset       clog.Offset
+	Offset       record.Offset
 	// Attempts is how many times the request was sent; Unanswered is how
 	// many of those ended without any HTTP answer.
 	Attempts   int
@@ -73,7 +74,7 @@ func (t *torture) poster(ctx context.Context, stop <-chan struct{}, id int) {
 
 // deliverUntilAnswered sends one delivery until the service answers it.
 func (t *torture) deliverUntilAnswered(ctx context.Context, text, session string) {
-	req := transport.DeliverRequest{Message: transport.Message{Kind: "user", Body: text}, Session: session}
+	req := wire.DeliverRequest{Message: wire.Message{Kind: "user", Body: text}, Session: session}
 	key := t.instance + "/" + text
 	a := &tortureAdmission{Text: text, Session: session}
 	backoff := 10 * time.Millisecond
@@ -95,7 +96,7 @@ func (t *torture) deliverUntilAnswered(ctx context.Context, text, session string
 			t.recordAdmission(a)
 			return
 		}
-		var apiErr *transport.APIError
+		var apiErr *wire.APIError
 		switch {
 		case errors.As(err, &apiErr) && apiErr.Status >= 500:
 			t.mu.Lock()
@@ -162,8 +163,8 @@ type tortureReader struct {
 	session string
 
 	mu         sync.Mutex
-	expected   clog.Offset // the next frame's offset
-	inc        clog.Incarnation
+	expected   record.Offset // the next frame's offset
+	inc        record.Incarnation
 	frames     []tortureBatch // of the incarnation inc
 	past       []tortureSegment
 	problems   []string
@@ -175,27 +176,27 @@ type tortureReader struct {
 
 // tortureSegment is what a reader saw of an incarnation that a reset ended.
 type tortureSegment struct {
-	Incarnation clog.Incarnation
+	Incarnation record.Incarnation
 	Frames      []tortureBatch
 }
 
 // newIncarnation files the frames seen so far and starts over at "0" of
 // inc; r.mu is held.
-func (r *tortureReader) newIncarnation(inc clog.Incarnation) {
+func (r *tortureReader) newIncarnation(inc record.Incarnation) {
 	r.past = append(r.past, tortureSegment{Incarnation: r.inc, Frames: r.frames})
-	r.inc, r.frames, r.expected = inc, nil, clog.Start
+	r.inc, r.frames, r.expected = inc, nil, record.Start
 }
 
 // tortureBatch is one batch as a reader or the verifier saw it.
 type tortureBatch struct {
-	Offset, Next clog.Offset
+	Offset, Next record.Offset
 	IDs          []string // entry ids, "~kind" for records that are not entries
 }
 
-func tortureBatchIDs(recs []clog.Record) []string {
+func tortureBatchIDs(recs []record.Record) []string {
 	ids := make([]string, len(recs))
 	for i, r := range recs {
-		if r.Kind == clog.KindEntry && r.Entry != nil {
+		if r.Kind == record.KindEntry && r.Entry != nil {
 			ids[i] = r.Entry.ID
 		} else {
 			ids[i] = "~" + r.Kind
@@ -219,7 +220,7 @@ func (r *tortureReader) problemLocked(format string, args ...any) {
 	}
 }
 
-func (r *tortureReader) position() clog.Offset {
+func (r *tortureReader) position() record.Offset {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.expected
@@ -233,13 +234,13 @@ func (r *tortureReader) run(ctx context.Context) {
 		var sr *client.StreamReader
 		var err error
 		if lastID == "" {
-			sr, err = c.Stream(ctx, tortureAgent, r.t.instance, r.session, clog.Start)
+			sr, err = c.Stream(ctx, tortureAgent, r.t.instance, r.session, record.Start)
 		} else {
 			sr, err = c.Resume(ctx, tortureAgent, r.t.instance, r.session, lastID)
 		}
 		if err != nil {
-			var apiErr *transport.APIError
-			if errors.As(err, &apiErr) && apiErr.Code == transport.CodeUnknownOffset && apiErr.Incarnation != "" {
+			var apiErr *wire.APIError
+			if errors.As(err, &apiErr) && apiErr.Code == wire.CodeUnknownOffset && apiErr.Incarnation != "" {
 				r.mu.Lock()
 				changed := apiErr.Incarnation != r.inc
 				if changed {
@@ -285,7 +286,7 @@ func (r *tortureReader) run(ctx context.Context) {
 		}
 		r.mu.Lock()
 		r.reconnects++
-		if lastID != "" && clog.Offset(lastID) != r.expected {
+		if lastID != "" && record.Offset(lastID) != r.expected {
 			r.problemLocked("Last-Event-ID %q but the next frame is due at %q", lastID, r.expected)
 		}
 		r.mu.Unlock()
@@ -299,7 +300,7 @@ func (r *tortureReader) consume(sr *client.StreamReader, resumed bool) bool {
 	for {
 		f, err := sr.Next()
 		if err != nil {
-			var apiErr *transport.APIError
+			var apiErr *wire.APIError
 			if errors.As(err, &apiErr) {
 				r.problem("error frame after offset %q: %v", r.position(), err)
 				r.mu.Lock()
@@ -312,11 +313,11 @@ func (r *tortureReader) consume(sr *client.StreamReader, resumed bool) bool {
 		}
 		if f.Type == transport.FrameReset {
 			r.mu.Lock()
-			if f.ID != string(clog.Start) {
+			if f.ID != string(record.Start) {
 				r.problemLocked("reset frame with id %q, not 0", f.ID)
 			}
 			var rf struct {
-				Incarnation clog.Incarnation `json:"incarnation"`
+				Incarnation record.Incarnation `json:"incarnation"`
 			}
 			if json.Unmarshal(f.Raw, &rf) != nil || rf.Incarnation == "" || rf.Incarnation == r.inc {
 				r.problemLocked("reset frame %s after incarnation %s", f.Raw, r.inc)
@@ -326,7 +327,7 @@ func (r *tortureReader) consume(sr *client.StreamReader, resumed bool) bool {
 			first = false
 			continue
 		}
-		if f.Type != transport.FrameConversation {
+		if f.Type != wire.FrameConversation {
 			continue
 		}
 		r.mu.Lock()
@@ -359,7 +360,7 @@ func (r *tortureReader) consume(sr *client.StreamReader, resumed bool) bool {
 // tortureGapOrRepeat names an offset mismatch for a human. Offsets are
 // opaque to the protocol; the torture peeks at their decimal form only to
 // describe.
-func tortureGapOrRepeat(due, got clog.Offset) string {
+func tortureGapOrRepeat(due, got record.Offset) string {
 	var d, g uint64
 	if _, err := fmt.Sscan(string(due), &d); err != nil {
 		return "mismatch"

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 )
 
 // The short torture runs in every `go test`: the real binary, built here,
@@ -157,23 +158,23 @@ func (w testLogWriter) Write(p []byte) (int, error) {
 // of each fault and check each count.
 func TestTortureVerifyFindsFaults(t *testing.T) {
 	t.Parallel()
-	entry := func(id, typ, sub string, payload any) clog.Record {
+	entry := func(id, typ, sub string, payload any) record.Record {
 		b, _ := json.Marshal(payload)
-		return clog.EntryRecord(clog.Entry{ID: id, Type: typ, SubmissionID: sub, Payload: b})
+		return record.EntryRecord(record.Entry{ID: id, Type: typ, SubmissionID: sub, Payload: b})
 	}
-	user := func(id, sub, text string) clog.Record {
-		return entry(id, clog.EntryUserMessage, sub, clog.MessagePayload{Parts: []clog.Part{{Type: clog.PartText, Text: text}}})
+	user := func(id, sub, text string) record.Record {
+		return entry(id, record.EntryUserMessage, sub, record.MessagePayload{Parts: []record.Part{{Type: record.PartText, Text: text}}})
 	}
-	reply := func(id, sub, text string) clog.Record {
-		return entry(id, clog.EntryAssistantMessage, sub, clog.MessagePayload{Parts: []clog.Part{{Type: clog.PartText, Text: text}}})
+	reply := func(id, sub, text string) record.Record {
+		return entry(id, record.EntryAssistantMessage, sub, record.MessagePayload{Parts: []record.Part{{Type: record.PartText, Text: text}}})
 	}
-	settle := func(id, sub string, o clog.Outcome, by string) clog.Record {
-		return entry(id, clog.EntrySettlement, sub, clog.Settlement{SubmissionID: sub, Outcome: o, AnsweredBySubmissionID: by})
+	settle := func(id, sub string, o record.Outcome, by string) record.Record {
+		return entry(id, record.EntrySettlement, sub, record.Settlement{SubmissionID: sub, Outcome: o, AnsweredBySubmissionID: by})
 	}
 	adm := func(sub, text string) *tortureAdmission {
 		return &tortureAdmission{SubmissionID: sub, Text: text, Session: "s0"}
 	}
-	done := func(o clog.Status) clog.Submission { return clog.Submission{Status: o} }
+	done := func(o record.Status) record.Submission { return record.Submission{Status: o} }
 	in := tortureVerifyInput{
 		Admissions: map[string]*tortureAdmission{
 			"ok1": adm("ok1", "c0-0"), "ok2": adm("ok2", "c0-1"), // one turn, ok2 answered by ok1
@@ -183,23 +184,23 @@ func TestTortureVerifyFindsFaults(t *testing.T) {
 			"open":    adm("open", "c0-5"),    // no settlement, still running
 			"rerun":   adm("rerun", "c0-6"),   // in two replies
 		},
-		Statuses: map[string]clog.Submission{
-			"ok1": done(clog.StatusCompleted), "ok2": done(clog.StatusCompleted), "lost": done(clog.StatusCompleted),
-			"twice": done(clog.StatusCompleted), "settle2": done(clog.StatusCompleted),
-			"open": done(clog.StatusRunning), "rerun": done(clog.StatusFailed),
+		Statuses: map[string]record.Submission{
+			"ok1": done(record.StatusCompleted), "ok2": done(record.StatusCompleted), "lost": done(record.StatusCompleted),
+			"twice": done(record.StatusCompleted), "settle2": done(record.StatusCompleted),
+			"open": done(record.StatusRunning), "rerun": done(record.StatusFailed),
 		},
-		Logs: map[string]*tortureSessionLog{"s0": {Session: "s0", Batches: []tortureBatch{{Offset: "0", Next: "21"}}, Records: []clog.Record{
+		Logs: map[string]*tortureSessionLog{"s0": {Session: "s0", Batches: []tortureBatch{{Offset: "0", Next: "21"}}, Records: []record.Record{
 			user("e1", "ok1", "c0-0"), user("e2", "ok2", "c0-1"),
 			reply("e3", "ok1", "c0-0\n\nc0-1"),
-			settle("e4", "ok1", clog.OutcomeCompleted, ""), settle("e5", "ok2", clog.OutcomeCompleted, "ok1"),
-			settle("e6", "lost", clog.OutcomeCompleted, ""),
+			settle("e4", "ok1", record.OutcomeCompleted, ""), settle("e5", "ok2", record.OutcomeCompleted, "ok1"),
+			settle("e6", "lost", record.OutcomeCompleted, ""),
 			user("e7", "twice", "c0-3"), user("e8", "twice", "c0-3"), reply("e9", "twice", "c0-3"),
-			settle("e10", "twice", clog.OutcomeCompleted, ""),
+			settle("e10", "twice", record.OutcomeCompleted, ""),
 			user("e11", "settle2", "c0-4"), reply("e12", "settle2", "c0-4"),
-			settle("e13", "settle2", clog.OutcomeCompleted, ""), settle("e14", "settle2", clog.OutcomeCompleted, ""),
+			settle("e13", "settle2", record.OutcomeCompleted, ""), settle("e14", "settle2", record.OutcomeCompleted, ""),
 			user("e15", "open", "c0-5"),
 			user("e16", "rerun", "c0-6"), reply("e17", "rerun", "c0-6"), reply("e18", "rerun", "c0-6"),
-			settle("e19", "rerun", clog.OutcomeFailed, ""),
+			settle("e19", "rerun", record.OutcomeFailed, ""),
 			user("e20", "ghost", "c9-9"), // no 202 for it
 			user("e1", "ghost2", "c9-8"), // a repeated entry id, no 202 either
 		}}},
@@ -235,9 +236,9 @@ func TestTortureVerifyFindsFaults(t *testing.T) {
 	// And a clean log passes.
 	clean := tortureVerifyInput{
 		Admissions: map[string]*tortureAdmission{"ok1": adm("ok1", "c0-0")},
-		Statuses:   map[string]clog.Submission{"ok1": done(clog.StatusCompleted)},
-		Logs: map[string]*tortureSessionLog{"s0": {Session: "s0", Records: []clog.Record{
-			user("e1", "ok1", "c0-0"), reply("e2", "ok1", "c0-0"), settle("e3", "ok1", clog.OutcomeCompleted, ""),
+		Statuses:   map[string]record.Submission{"ok1": done(record.StatusCompleted)},
+		Logs: map[string]*tortureSessionLog{"s0": {Session: "s0", Records: []record.Record{
+			user("e1", "ok1", "c0-0"), reply("e2", "ok1", "c0-0"), settle("e3", "ok1", record.OutcomeCompleted, ""),
 		}}},
 	}
 	var c tortureReport
@@ -253,49 +254,49 @@ func TestTortureVerifyFindsFaults(t *testing.T) {
 // what was read before it.
 func TestTortureVerifyChanges(t *testing.T) {
 	t.Parallel()
-	user := func(id, parent, sub, text string) clog.Record {
-		b, _ := json.Marshal(clog.MessagePayload{Parts: []clog.Part{{Type: clog.PartText, Text: text}}})
-		return clog.EntryRecord(clog.Entry{ID: id, ParentID: parent, Type: clog.EntryUserMessage, SubmissionID: sub, Payload: b})
+	user := func(id, parent, sub, text string) record.Record {
+		b, _ := json.Marshal(record.MessagePayload{Parts: []record.Part{{Type: record.PartText, Text: text}}})
+		return record.EntryRecord(record.Entry{ID: id, ParentID: parent, Type: record.EntryUserMessage, SubmissionID: sub, Payload: b})
 	}
-	reply := func(id, parent, sub, text string) clog.Record {
-		b, _ := json.Marshal(clog.MessagePayload{Parts: []clog.Part{{Type: clog.PartText, Text: text}}})
-		return clog.EntryRecord(clog.Entry{ID: id, ParentID: parent, Type: clog.EntryAssistantMessage, SubmissionID: sub, Payload: b})
+	reply := func(id, parent, sub, text string) record.Record {
+		b, _ := json.Marshal(record.MessagePayload{Parts: []record.Part{{Type: record.PartText, Text: text}}})
+		return record.EntryRecord(record.Entry{ID: id, ParentID: parent, Type: record.EntryAssistantMessage, SubmissionID: sub, Payload: b})
 	}
-	settle := func(id, parent, sub string, o clog.Outcome) clog.Record {
-		b, _ := json.Marshal(clog.Settlement{SubmissionID: sub, Outcome: o})
-		return clog.EntryRecord(clog.Entry{ID: id, ParentID: parent, Type: clog.EntrySettlement, SubmissionID: sub, Payload: b})
+	settle := func(id, parent, sub string, o record.Outcome) record.Record {
+		b, _ := json.Marshal(record.Settlement{SubmissionID: sub, Outcome: o})
+		return record.EntryRecord(record.Entry{ID: id, ParentID: parent, Type: record.EntrySettlement, SubmissionID: sub, Payload: b})
 	}
-	sessionLog := func(inc clog.Incarnation, batches ...[]clog.Record) *tortureSessionLog {
+	sessionLog := func(inc record.Incarnation, batches ...[]record.Record) *tortureSessionLog {
 		l := &tortureSessionLog{Session: "s0", Incarnation: inc}
 		for i, b := range batches {
-			l.Batches = append(l.Batches, tortureBatch{Offset: clog.Offset(fmt.Sprint(i)), Next: clog.Offset(fmt.Sprint(i + 1)), IDs: tortureBatchIDs(b)})
+			l.Batches = append(l.Batches, tortureBatch{Offset: record.Offset(fmt.Sprint(i)), Next: record.Offset(fmt.Sprint(i + 1)), IDs: tortureBatchIDs(b)})
 			l.BatchRecords = append(l.BatchRecords, b)
 			l.Records = append(l.Records, b...)
 		}
-		l.Next = clog.Offset(fmt.Sprint(len(batches)))
+		l.Next = record.Offset(fmt.Sprint(len(batches)))
 		return l
 	}
 	input := func() tortureVerifyInput {
 		// Incarnation A: "a" answered, "b" answered, then rewound to
 		// before "b"; then reset. Incarnation B: "c" answered.
 		removed := sessionLog("inc_A",
-			[]clog.Record{user("e1", "", "sa", "a")},
-			[]clog.Record{reply("e2", "e1", "sa", "a"), settle("e3", "e2", "sa", clog.OutcomeCompleted)},
-			[]clog.Record{user("e4", "e3", "sb", "b")},
-			[]clog.Record{reply("e5", "e4", "sb", "b"), settle("e6", "e5", "sb", clog.OutcomeCompleted)},
-			[]clog.Record{clog.TruncatedRecord("e3", clog.ReasonRewind)},
+			[]record.Record{user("e1", "", "sa", "a")},
+			[]record.Record{reply("e2", "e1", "sa", "a"), settle("e3", "e2", "sa", record.OutcomeCompleted)},
+			[]record.Record{user("e4", "e3", "sb", "b")},
+			[]record.Record{reply("e5", "e4", "sb", "b"), settle("e6", "e5", "sb", record.OutcomeCompleted)},
+			[]record.Record{record.TruncatedRecord("e3", clog.ReasonRewind)},
 		)
 		final := sessionLog("inc_B",
-			[]clog.Record{user("f1", "", "sc", "c")},
-			[]clog.Record{reply("f2", "f1", "sc", "c"), settle("f3", "f2", "sc", clog.OutcomeCompleted)},
+			[]record.Record{user("f1", "", "sc", "c")},
+			[]record.Record{reply("f2", "f1", "sc", "c"), settle("f3", "f2", "sc", record.OutcomeCompleted)},
 		)
 		adm := func(sub, text string) *tortureAdmission {
 			return &tortureAdmission{SubmissionID: sub, Text: text, Session: "s0"}
 		}
-		done := clog.Submission{Status: clog.StatusCompleted}
+		done := record.Submission{Status: record.StatusCompleted}
 		return tortureVerifyInput{
 			Admissions: map[string]*tortureAdmission{"sa": adm("sa", "a"), "sb": adm("sb", "b"), "sc": adm("sc", "c")},
-			Statuses:   map[string]clog.Submission{"sa": done, "sb": done, "sc": done},
+			Statuses:   map[string]record.Submission{"sa": done, "sb": done, "sc": done},
 			Logs:       map[string]*tortureSessionLog{"s0": final},
 			Rewinds:    []tortureRewind{{Session: "s0", EntryID: "e4", Incarnation: "inc_A", Offset: "4", LeafID: "e3"}},
 			Resets:     []tortureReset{{Session: "s0", Removed: removed, Previous: "inc_A", Tail: "5", New: "inc_B"}},

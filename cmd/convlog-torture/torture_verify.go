@@ -12,15 +12,15 @@ import (
 	"text/tabwriter"
 	"time"
 
-	clog "github.com/convlog/convlog/log"
-	"github.com/convlog/convlog/transport"
+	"github.com/convlog/convlog/log/record"
+	"github.com/convlog/convlog/transport/wire"
 )
 
 // settleAll waits until every admitted submission is settled, within
 // SettleTimeout, and returns the last status seen of each (absent when the
 // service never answered for it). A quick pass finds the unsettled ones;
 // only those are long-polled.
-func (t *torture) settleAll(ctx context.Context) (map[string]clog.Submission, error) {
+func (t *torture) settleAll(ctx context.Context) (map[string]record.Submission, error) {
 	ctx, cancelAll := context.WithCancelCause(ctx)
 	defer cancelAll(nil)
 	ctx, cancel := context.WithTimeout(ctx, t.cfg.SettleTimeout)
@@ -30,10 +30,10 @@ func (t *torture) settleAll(ctx context.Context) (map[string]clog.Submission, er
 	t.mu.Unlock()
 
 	var mu sync.Mutex
-	statuses := make(map[string]clog.Submission, len(ids))
+	statuses := make(map[string]record.Submission, len(ids))
 	// get asks for one submission's status, retrying while the service is
 	// unreachable, until ctx ends.
-	get := func(id string, wait time.Duration) (clog.Submission, bool) {
+	get := func(id string, wait time.Duration) (record.Submission, bool) {
 		backoff := 10 * time.Millisecond
 		for {
 			sub, err := t.client.Submission(ctx, tortureAgent, t.instance, id, wait)
@@ -43,20 +43,20 @@ func (t *torture) settleAll(ctx context.Context) (map[string]clog.Submission, er
 				mu.Unlock()
 				return sub, true
 			}
-			var apiErr *transport.APIError
+			var apiErr *wire.APIError
 			if errors.As(err, &apiErr) && apiErr.Status < 500 {
-				return clog.Submission{}, false // a 404: it is missing, which the verification reports
+				return record.Submission{}, false // a 404: it is missing, which the verification reports
 			}
 			if ctx.Err() != nil {
-				return clog.Submission{}, false
+				return record.Submission{}, false
 			}
 			if err := t.ensureService(ctx); err != nil {
 				cancelAll(err)
-				return clog.Submission{}, false
+				return record.Submission{}, false
 			}
 			select {
 			case <-ctx.Done():
-				return clog.Submission{}, false
+				return record.Submission{}, false
 			case <-time.After(backoff):
 			}
 			backoff = min(backoff*2, 250*time.Millisecond)
@@ -117,12 +117,12 @@ func (t *torture) settleAll(ctx context.Context) (map[string]clog.Submission, er
 // tortureSessionLog is a session's stream as JSON polling from offset 0 read it.
 type tortureSessionLog struct {
 	Session     string
-	Incarnation clog.Incarnation
+	Incarnation record.Incarnation
 	Batches     []tortureBatch
-	Records     []clog.Record
+	Records     []record.Record
 	// BatchRecords are the records of each of Batches.
-	BatchRecords [][]clog.Record
-	Next         clog.Offset
+	BatchRecords [][]record.Record
+	Next         record.Offset
 	Problems     []string // offsets that do not chain, incarnation changes
 }
 
@@ -146,7 +146,7 @@ func (t *torture) readAll(ctx context.Context) (map[string]*tortureSessionLog, e
 // the kill cycles, or one that runs after them, may.
 func (t *torture) readSession(ctx context.Context, s string, ensure bool) (*tortureSessionLog, error) {
 	{
-		l := &tortureSessionLog{Session: s, Next: clog.Start}
+		l := &tortureSessionLog{Session: s, Next: record.Start}
 		backoff := 10 * time.Millisecond
 		for {
 			res, err := t.client.Read(ctx, tortureAgent, t.instance, s, l.Next, 0)
@@ -199,7 +199,7 @@ func (t *torture) readSession(ctx context.Context, s string, ensure bool) (*tort
 }
 
 func tortureStatus(err error) int {
-	var apiErr *transport.APIError
+	var apiErr *wire.APIError
 	if errors.As(err, &apiErr) {
 		return apiErr.Status
 	}
@@ -229,7 +229,7 @@ func (t *torture) waitReaders(ctx context.Context, logs map[string]*tortureSessi
 // tortureVerifyInput is everything the verification looks at.
 type tortureVerifyInput struct {
 	Admissions map[string]*tortureAdmission  // what got a 202, by submission id
-	Statuses   map[string]clog.Submission    // GET submissions/:id at the end
+	Statuses   map[string]record.Submission  // GET submissions/:id at the end
 	Logs       map[string]*tortureSessionLog // every session read from 0
 	Readers    []*tortureReader
 	Tally      tortureTally
@@ -331,7 +331,7 @@ func (r *tortureReport) verify(in tortureVerifyInput) {
 
 	type settled struct {
 		n  int
-		st clog.Settlement
+		st record.Settlement
 	}
 	userBySub := map[string]int{}
 	settlements := map[string]*settled{}
@@ -361,13 +361,13 @@ func (r *tortureReport) verify(in tortureVerifyInput) {
 			r.sample("session %s: turns %s and %s overlap", name, a, b)
 		}
 		for _, rec := range l.Records {
-			if rec.Kind != clog.KindEntry || rec.Entry == nil {
+			if rec.Kind != record.KindEntry || rec.Entry == nil {
 				continue
 			}
 			e := rec.Entry
 			entryIDs[e.ID]++
 			switch e.Type {
-			case clog.EntryUserMessage:
+			case record.EntryUserMessage:
 				userBySub[e.SubmissionID]++
 				text := tortureMessageText(e.Payload)
 				a := in.Admissions[e.SubmissionID]
@@ -379,8 +379,8 @@ func (r *tortureReport) verify(in tortureVerifyInput) {
 					r.Misfiled++
 					r.sample("submission %s was %q to %s; its entry holds %q in %s", e.SubmissionID, a.Text, a.Session, text, name)
 				}
-			case clog.EntrySettlement:
-				var st clog.Settlement
+			case record.EntrySettlement:
+				var st record.Settlement
 				_ = json.Unmarshal(e.Payload, &st)
 				s := settlements[e.SubmissionID]
 				if s == nil {
@@ -388,7 +388,7 @@ func (r *tortureReport) verify(in tortureVerifyInput) {
 					settlements[e.SubmissionID] = s
 				}
 				s.n++
-			case clog.EntryAssistantMessage:
+			case record.EntryAssistantMessage:
 				for _, line := range strings.Split(tortureMessageText(e.Payload), "\n\n") {
 					if line = strings.TrimSpace(line); line != "" {
 						replies[line]++
@@ -446,7 +446,7 @@ func (r *tortureReport) verify(in tortureVerifyInput) {
 					r.sample("submission %s answered by %s, which is not a primary of the same session and outcome", id, p)
 				}
 			}
-			if s.st.Outcome == clog.OutcomeCompleted && replies[a.Text] == 0 {
+			if s.st.Outcome == record.OutcomeCompleted && replies[a.Text] == 0 {
 				r.CompletedNoReply++
 				r.sample("submission %s (%q) completed, but no reply carries its text", id, a.Text)
 			}
@@ -510,27 +510,27 @@ func tortureSameBatches(a, b []tortureBatch) bool {
 
 // tortureMessageText is the text of a message payload's text parts.
 func tortureMessageText(payload json.RawMessage) string {
-	var m clog.MessagePayload
+	var m record.MessagePayload
 	if json.Unmarshal(payload, &m) != nil {
 		return ""
 	}
 	var b strings.Builder
 	for _, p := range m.Parts {
-		if p.Type == clog.PartText {
+		if p.Type == record.PartText {
 			b.WriteString(p.Text)
 		}
 	}
 	return b.String()
 }
 
-func tortureFailureCode(f *clog.Failure) string {
+func tortureFailureCode(f *record.Failure) string {
 	if f == nil {
 		return ""
 	}
 	return f.Code
 }
 
-func tortureOutcomeName(st clog.Settlement) string {
+func tortureOutcomeName(st record.Settlement) string {
 	s := string(st.Outcome)
 	if c := tortureFailureCode(st.Error); c != "" && c != string(st.Outcome) {
 		s += " " + c
@@ -680,11 +680,11 @@ func (r *tortureReport) Table() string {
 // (a record of one between two of the other): two turns run at once. A
 // turn's records are its reply pieces, tool results and settlements, by
 // their turnId; one turn at a time means each turn's records are one run.
-func tortureOverlap(recs []clog.Record) (string, string) {
+func tortureOverlap(recs []record.Record) (string, string) {
 	done := map[string]bool{} // turns followed by another's record
 	cur := ""
 	for _, rec := range recs {
-		if rec.Kind != clog.KindEntry || rec.Entry == nil || rec.Entry.TurnID == "" {
+		if rec.Kind != record.KindEntry || rec.Entry == nil || rec.Entry.TurnID == "" {
 			continue
 		}
 		id := rec.Entry.TurnID

@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/convlog/convlog/internal/check"
-	"github.com/convlog/convlog/transport"
 	"github.com/convlog/convlog/transport/client"
+	"github.com/convlog/convlog/transport/wire"
 	"github.com/convlog/convlog/worker/agenttest"
 )
 
@@ -48,7 +48,7 @@ time.sleep(60)
 	defer cmd.Process.Kill()
 	c := &client.Client{BaseURL: "http://" + addr}
 	check.For(t, time.Minute, 20*time.Millisecond, func() error {
-		_, err := c.Deliver(context.Background(), "slow", "i", transport.DeliverRequest{Message: transport.Message{Kind: "user", Body: "go"}}, "")
+		_, err := c.Deliver(context.Background(), "slow", "i", wire.DeliverRequest{Message: wire.Message{Kind: "user", Body: "go"}}, "")
 		if err != nil {
 			return fmt.Errorf("service never answered: %w\n%s", err, out.String())
 		}

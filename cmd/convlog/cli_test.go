@@ -29,9 +29,9 @@ import (
 	"github.com/convlog/convlog/internal/check"
 	"github.com/convlog/convlog/internal/service"
 	"github.com/convlog/convlog/internal/servicetest"
-	clog "github.com/convlog/convlog/log"
-	"github.com/convlog/convlog/transport"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/transport/client"
+	"github.com/convlog/convlog/transport/wire"
 )
 
 func freeAddr(t *testing.T) string {
@@ -210,8 +210,8 @@ func TestCLISendFollowAndTail(t *testing.T) {
 	// The JSON tail: one conversation frame per line, the settlement last.
 	line := tail.waitLine(t, `"settlement"`)
 	var frame struct {
-		Type    string        `json:"type"`
-		Records []clog.Record `json:"records"`
+		Type    string          `json:"type"`
+		Records []record.Record `json:"records"`
 	}
 	if err := json.Unmarshal([]byte(line), &frame); err != nil || frame.Type != "conversation" {
 		t.Fatalf("tail --json line %q: %v", line, err)
@@ -221,7 +221,7 @@ func TestCLISendFollowAndTail(t *testing.T) {
 
 	// Without --follow, send only admits; --json prints the 202 body.
 	out, _, code = runCLI(t, bin, "send", "--json", "--server", url, "--session", "s2", "echo/cli", "quiet")
-	var acc transport.Accepted
+	var acc wire.Accepted
 	if code != 0 || json.Unmarshal([]byte(out), &acc) != nil || acc.SubmissionID == "" || !strings.Contains(acc.UpdatesURL, "session=s2") {
 		t.Fatalf("send --json: exit %d %q", code, out)
 	}
@@ -315,7 +315,7 @@ func waitRunning(t *testing.T, c *client.Client, send *lines) string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if sub.Status != clog.StatusRunning {
+		if sub.Status != record.StatusRunning {
 			return fmt.Errorf("submission %s is %s, not running; stderr %s", m[1], sub.Status, send.stderr())
 		}
 		id = m[1]
@@ -364,7 +364,7 @@ func TestCLIBackupRestore(t *testing.T) {
 	c := &client.Client{BaseURL: url}
 	acc := servicetest.Deliver(t, c, "echo", "b1", "", "keep me")
 	before := servicetest.ReadUntilSettled(t, c, "echo", "b1", "default", acc.Offset, acc.SubmissionID)
-	orig, err := c.Read(context.Background(), "echo", "b1", "", clog.Start, 0)
+	orig, err := c.Read(context.Background(), "echo", "b1", "", record.Start, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,7 +381,7 @@ func TestCLIBackupRestore(t *testing.T) {
 				return
 			default:
 			}
-			if _, err := c.Deliver(context.Background(), "echo", "load", transport.DeliverRequest{Message: transport.Message{Body: "x"}}, ""); err != nil {
+			if _, err := c.Deliver(context.Background(), "echo", "load", wire.DeliverRequest{Message: wire.Message{Body: "x"}}, ""); err != nil {
 				t.Error(err)
 				return
 			}
@@ -419,14 +419,14 @@ func TestCLIBackupRestore(t *testing.T) {
 		t.Fatalf("restore over a running service: exit %d %q", code, errOut)
 	}
 	c2 := &client.Client{BaseURL: "http://" + srv2.addr}
-	got, err := c2.Read(context.Background(), "echo", "b1", "", clog.Start, 0)
+	got, err := c2.Read(context.Background(), "echo", "b1", "", record.Start, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got.Incarnation == orig.Incarnation || got.NextOffset != orig.NextOffset {
 		t.Fatalf("restored: incarnation %s (was %s), next %s (was %s)", got.Incarnation, orig.Incarnation, got.NextOffset, orig.NextOffset)
 	}
-	var recs []clog.Record
+	var recs []record.Record
 	for _, b := range got.Batches {
 		r, _ := b.Records.Decode()
 		recs = append(recs, r...)

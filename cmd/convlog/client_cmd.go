@@ -13,9 +13,9 @@ import (
 	"strings"
 	"time"
 
-	clog "github.com/convlog/convlog/log"
-	"github.com/convlog/convlog/transport"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/transport/client"
+	"github.com/convlog/convlog/transport/wire"
 )
 
 // exitError ends the process with a status other than 1, for the verbs
@@ -74,7 +74,7 @@ func sendCommand(ctx context.Context, args []string) error {
 		return fmt.Errorf("send: %w", err)
 	}
 	c := cliClient(*server)
-	acc, err := c.Deliver(ctx, agent, instance, transport.DeliverRequest{Message: transport.Message{Kind: "user", Body: pos[1]}, Session: *session}, *idem)
+	acc, err := c.Deliver(ctx, agent, instance, wire.DeliverRequest{Message: wire.Message{Kind: "user", Body: pos[1]}, Session: *session}, *idem)
 	if err != nil {
 		return fmt.Errorf("send: %w", err)
 	}
@@ -93,9 +93,9 @@ func sendCommand(ctx context.Context, args []string) error {
 		}
 		if st := p.update(u); st != nil {
 			switch st.Outcome {
-			case clog.OutcomeCompleted:
+			case record.OutcomeCompleted:
 				return nil
-			case clog.OutcomeAborted:
+			case record.OutcomeAborted:
 				return &exitError{exitAborted, "send: aborted" + failureText(st.Error)}
 			default:
 				return &exitError{exitFailed, "send: " + string(st.Outcome) + failureText(st.Error)}
@@ -105,7 +105,7 @@ func sendCommand(ctx context.Context, args []string) error {
 	return ctx.Err()
 }
 
-func failureText(f *clog.Failure) string {
+func failureText(f *record.Failure) string {
 	if f == nil {
 		return ""
 	}
@@ -132,14 +132,14 @@ func tailCommand(ctx context.Context, args []string) error {
 		return fmt.Errorf("tail: %w", err)
 	}
 	c := cliClient(*server)
-	offset := clog.Offset(*from)
+	offset := record.Offset(*from)
 	if *from == "now" {
 		if offset, err = tailOffset(ctx, c, agent, instance, *session); err != nil {
 			return fmt.Errorf("tail: %w", err)
 		}
 	}
 	p := &printer{out: os.Stdout, json: *asJSON}
-	opts := client.FollowOptions{Session: *session, Offset: offset, Incarnation: clog.Incarnation(*inc), Deltas: true}
+	opts := client.FollowOptions{Session: *session, Offset: offset, Incarnation: record.Incarnation(*inc), Deltas: true}
 	for u, err := range c.Follow(ctx, agent, instance, opts) {
 		if err != nil {
 			return fmt.Errorf("tail: %w", err)
@@ -151,8 +151,8 @@ func tailCommand(ctx context.Context, args []string) error {
 
 // tailOffset pages to the end of the session: the offset of what is
 // written next.
-func tailOffset(ctx context.Context, c *client.Client, agent, instance, session string) (clog.Offset, error) {
-	off := clog.Start
+func tailOffset(ctx context.Context, c *client.Client, agent, instance, session string) (record.Offset, error) {
+	off := record.Start
 	for {
 		res, err := c.Read(ctx, agent, instance, session, off, 10000)
 		if err != nil {
@@ -179,19 +179,19 @@ type printer struct {
 }
 
 // update prints u and returns the settlement of p.until if u has it.
-func (p *printer) update(u client.Update) *clog.Settlement {
+func (p *printer) update(u client.Update) *record.Settlement {
 	if p.json {
 		p.jsonLine(u)
 	}
-	var done *clog.Settlement
+	var done *record.Settlement
 	switch u.Kind {
 	case client.UpdateBatch:
 		for _, r := range u.Records {
 			if !p.json {
 				p.record(r)
 			}
-			if r.Kind == clog.KindEntry && r.Entry.Type == clog.EntrySettlement {
-				var st clog.Settlement
+			if r.Kind == record.KindEntry && r.Entry.Type == record.EntrySettlement {
+				var st record.Settlement
 				if json.Unmarshal(r.Entry.Payload, &st) == nil && st.SubmissionID == p.until && p.until != "" && done == nil {
 					done = &st
 				}
@@ -233,12 +233,12 @@ func (p *printer) jsonLine(u client.Update) {
 	switch u.Kind {
 	case client.UpdateBatch:
 		v = struct {
-			Type        string           `json:"type"`
-			Incarnation clog.Incarnation `json:"incarnation"`
-			Offset      clog.Offset      `json:"offset"`
-			NextOffset  clog.Offset      `json:"nextOffset"`
-			Records     []clog.Record    `json:"records"`
-		}{transport.FrameConversation, u.Incarnation, u.Offset, u.NextOffset, u.Records}
+			Type        string             `json:"type"`
+			Incarnation record.Incarnation `json:"incarnation"`
+			Offset      record.Offset      `json:"offset"`
+			NextOffset  record.Offset      `json:"nextOffset"`
+			Records     []record.Record    `json:"records"`
+		}{wire.FrameConversation, u.Incarnation, u.Offset, u.NextOffset, u.Records}
 	case client.UpdateDelta:
 		fmt.Fprintln(p.out, string(u.Delta))
 		return
@@ -248,10 +248,10 @@ func (p *printer) jsonLine(u client.Update) {
 			e = u.Err.Error()
 		}
 		v = struct {
-			Type        string           `json:"type"`
-			Incarnation clog.Incarnation `json:"incarnation,omitempty"`
-			NextOffset  clog.Offset      `json:"nextOffset,omitempty"`
-			Error       string           `json:"error,omitempty"`
+			Type        string             `json:"type"`
+			Incarnation record.Incarnation `json:"incarnation,omitempty"`
+			NextOffset  record.Offset      `json:"nextOffset,omitempty"`
+			Error       string             `json:"error,omitempty"`
 		}{string(u.Kind), u.Incarnation, u.NextOffset, e}
 	}
 	printJSON(p.out, v)
@@ -264,24 +264,24 @@ func printJSON(w io.Writer, v any) {
 	_ = enc.Encode(v)
 }
 
-func (p *printer) record(r clog.Record) {
+func (p *printer) record(r record.Record) {
 	switch r.Kind {
-	case clog.KindTruncated:
+	case record.KindTruncated:
 		fmt.Fprintf(p.out, "-- rewound to %s (%s)\n", r.RewoundTo, r.Reason)
 		return
-	case clog.KindEntry:
+	case record.KindEntry:
 	default:
 		return
 	}
 	e := r.Entry
 	switch e.Type {
-	case clog.EntryUserMessage, clog.EntryAssistantMessage:
-		var m clog.MessagePayload
+	case record.EntryUserMessage, record.EntryAssistantMessage:
+		var m record.MessagePayload
 		if json.Unmarshal(e.Payload, &m) != nil {
 			return
 		}
 		role := "user"
-		if e.Type == clog.EntryAssistantMessage {
+		if e.Type == record.EntryAssistantMessage {
 			role = "assistant"
 		}
 		previewed := p.previewed && role == "assistant"
@@ -292,7 +292,7 @@ func (p *printer) record(r clog.Record) {
 			fmt.Fprintln(p.out) // the text is on screen already
 			var text strings.Builder
 			for _, part := range m.Parts {
-				if part.Type == clog.PartText {
+				if part.Type == record.PartText {
 					text.WriteString(part.Text)
 				}
 			}
@@ -301,24 +301,24 @@ func (p *printer) record(r clog.Record) {
 		}
 		for _, part := range m.Parts {
 			switch part.Type {
-			case clog.PartText:
+			case record.PartText:
 				if !previewed {
 					fmt.Fprintf(p.out, "%s: %s\n", role, part.Text)
 				}
-			case clog.PartReasoning:
+			case record.PartReasoning:
 				if !previewed {
 					fmt.Fprintf(p.out, "%s (thinking): %s\n", role, part.Text)
 				}
-			case clog.PartToolCall:
+			case record.PartToolCall:
 				fmt.Fprintf(p.out, "%s calls %s(%s) [%s]\n", role, part.ToolName, part.Input, part.ToolCallID)
-			case clog.PartData:
+			case record.PartData:
 				fmt.Fprintf(p.out, "%s data %s: %s\n", role, part.Name, part.Data)
-			case clog.PartFile:
+			case record.PartFile:
 				fmt.Fprintf(p.out, "%s file %s (%s)\n", role, part.Filename, part.MediaType)
 			}
 		}
-	case clog.EntryToolResult:
-		var t clog.ToolResultPayload
+	case record.EntryToolResult:
+		var t record.ToolResultPayload
 		if json.Unmarshal(e.Payload, &t) == nil {
 			status := "ok"
 			if t.IsError {
@@ -326,8 +326,8 @@ func (p *printer) record(r clog.Record) {
 			}
 			fmt.Fprintf(p.out, "tool %s [%s] %s: %s\n", t.ToolName, t.ToolCallID, status, t.Output)
 		}
-	case clog.EntrySettlement:
-		var st clog.Settlement
+	case record.EntrySettlement:
+		var st record.Settlement
 		if json.Unmarshal(e.Payload, &st) == nil {
 			fmt.Fprintf(p.out, "-- %s %s%s\n", st.SubmissionID, st.Outcome, failureText(st.Error))
 		}

@@ -17,8 +17,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/convlog/convlog/internal/check"
-	"github.com/convlog/convlog/transport"
 	"github.com/convlog/convlog/transport/client"
+	"github.com/convlog/convlog/transport/wire"
 	"github.com/convlog/convlog/worker/natsbus"
 )
 
@@ -104,7 +104,7 @@ func (p *serveProcess) echo(t *testing.T, session, text string) {
 	t.Helper()
 	c := &client.Client{BaseURL: "http://" + p.addr}
 	ctx := context.Background()
-	acc, err := c.Deliver(ctx, "echo", "two", transport.DeliverRequest{Message: transport.Message{Kind: "user", Body: text}, Session: session}, "")
+	acc, err := c.Deliver(ctx, "echo", "two", wire.DeliverRequest{Message: wire.Message{Kind: "user", Body: text}, Session: session}, "")
 	if err != nil {
 		t.Fatalf("deliver: %v", err)
 	}

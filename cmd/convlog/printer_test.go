@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/transport/client"
 )
 
@@ -14,8 +14,8 @@ import (
 func TestPrinterMissedDeltasShowTheWholeMessage(t *testing.T) {
 	t.Parallel()
 	assistant := func(text string) client.Update {
-		p, _ := json.Marshal(clog.MessagePayload{Parts: []clog.Part{{Type: clog.PartText, Text: text}}})
-		return client.Update{Kind: client.UpdateBatch, Records: []clog.Record{clog.EntryRecord(clog.Entry{Type: clog.EntryAssistantMessage, Payload: p})}}
+		p, _ := json.Marshal(record.MessagePayload{Parts: []record.Part{{Type: record.PartText, Text: text}}})
+		return client.Update{Kind: client.UpdateBatch, Records: []record.Record{record.EntryRecord(record.Entry{Type: record.EntryAssistantMessage, Payload: p})}}
 	}
 	delta := func(s string) client.Update {
 		b, _ := json.Marshal(map[string]string{"type": "delta", "kind": "text", "delta": s})

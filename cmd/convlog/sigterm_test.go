@@ -11,10 +11,9 @@ import (
 	"time"
 
 	"github.com/convlog/convlog/internal/check"
-	clog "github.com/convlog/convlog/log"
 	"github.com/convlog/convlog/log/record"
-	"github.com/convlog/convlog/transport"
 	"github.com/convlog/convlog/transport/client"
+	"github.com/convlog/convlog/transport/wire"
 )
 
 // The real binary on SIGTERM exits 0, and only after the running turn is
@@ -53,10 +52,10 @@ func TestSIGTERMExitsZero(t *testing.T) {
 			})
 			c := &client.Client{BaseURL: "http://" + addr}
 			ctx := context.Background()
-			var acc transport.Accepted
+			var acc wire.Accepted
 			check.For(t, time.Minute, 20*time.Millisecond, func() error {
 				var err error
-				acc, err = c.Deliver(ctx, "echo", "i", transport.DeliverRequest{Message: transport.Message{Kind: "user", Body: tc.body}, Session: "s"}, "")
+				acc, err = c.Deliver(ctx, "echo", "i", wire.DeliverRequest{Message: wire.Message{Kind: "user", Body: tc.body}, Session: "s"}, "")
 				if err != nil {
 					return fmt.Errorf("service never answered: %w\n%s", err, out.String())
 				}
@@ -72,7 +71,7 @@ func TestSIGTERMExitsZero(t *testing.T) {
 				if sub.Status.Terminal() {
 					t.Fatalf("submission settled %s before SIGTERM", sub.Status)
 				}
-				if sub.Status != clog.StatusRunning {
+				if sub.Status != record.StatusRunning {
 					return fmt.Errorf("submission is %s, not running", sub.Status)
 				}
 				return nil

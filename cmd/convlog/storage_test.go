@@ -18,8 +18,8 @@ import (
 
 	"github.com/convlog/convlog/internal/check"
 	"github.com/convlog/convlog/internal/servicetest"
-	"github.com/convlog/convlog/transport"
 	"github.com/convlog/convlog/transport/client"
+	"github.com/convlog/convlog/transport/wire"
 )
 
 // proc is a `convlog serve` child of a storage test.
@@ -325,7 +325,7 @@ func testFullDisk(t *testing.T, bin string) {
 		if code, b = post(string(big)); code != http.StatusAccepted {
 			break
 		}
-		var acc transport.Accepted
+		var acc wire.Accepted
 		json.Unmarshal(b, &acc)
 		accepted = append(accepted, acc.SubmissionID)
 	}
@@ -335,7 +335,7 @@ func testFullDisk(t *testing.T, bin string) {
 	small := 0
 	for i := range 50 {
 		if code, b := post(fmt.Sprintf(`"small %d"`, i)); code == http.StatusAccepted {
-			var acc transport.Accepted
+			var acc wire.Accepted
 			json.Unmarshal(b, &acc)
 			accepted = append(accepted, acc.SubmissionID)
 			small++
@@ -343,7 +343,7 @@ func testFullDisk(t *testing.T, bin string) {
 	}
 	t.Logf("%d small ones accepted on the full disk", small)
 	var body struct {
-		Error transport.APIError `json:"error"`
+		Error wire.APIError `json:"error"`
 	}
 	if code != http.StatusInsufficientStorage || json.Unmarshal(b, &body) != nil || body.Error.Code != "insufficient_storage" {
 		t.Fatalf("on a full disk: %d %s", code, b)
@@ -368,7 +368,7 @@ func testFullDisk(t *testing.T, bin string) {
 	if code != http.StatusAccepted {
 		t.Fatalf("after freeing space: %d %s", code, b)
 	}
-	var acc transport.Accepted
+	var acc wire.Accepted
 	json.Unmarshal(b, &acc)
 	// Every 202 is answered: the broker came through too.
 	c := &client.Client{BaseURL: "http://" + p.addr}

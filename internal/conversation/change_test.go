@@ -15,6 +15,7 @@ import (
 	"fmt"
 
 	"github.com/convlog/convlog/internal/check"
+	"github.com/convlog/convlog/log/record"
 )
 
 // within runs fn and fails the test if it does not return within a
@@ -69,24 +70,24 @@ func holdChange(t *testing.T, r *rig, ch log.Change) (release func(), wait func(
 	}
 }
 
-func blockingRig(t *testing.T, keys ...log.Key) *rig {
+func blockingRig(t *testing.T, keys ...record.Key) *rig {
 	t.Helper()
 	r := newRig(t, agents{"a": {Busy: worker.BusyQueue}})
-	r.runner.block = map[log.Key]bool{}
+	r.runner.block = map[record.Key]bool{}
 	for _, k := range keys {
 		r.runner.block[k] = true
 	}
-	r.runner.entered = make(chan []log.Key, 1)
+	r.runner.entered = make(chan []record.Key, 1)
 	r.runner.release = make(chan struct{})
 	return r
 }
 
 // completed admits a message and settles it completed: a conversation
 // with a user message to change.
-func (r *rig) completed(t *testing.T, key log.Key, text string) log.Submission {
+func (r *rig) completed(t *testing.T, key record.Key, text string) record.Submission {
 	t.Helper()
 	sub := r.admit(t, key, text)
-	if err := settle(context.Background(), r.db, sub, log.OutcomeCompleted); err != nil {
+	if err := settle(context.Background(), r.db, sub, record.OutcomeCompleted); err != nil {
 		t.Fatal(err)
 	}
 	return sub
@@ -96,10 +97,10 @@ func (r *rig) completed(t *testing.T, key log.Key, text string) log.Submission {
 // whatever its kind; changes of other sessions and deliveries go on.
 func TestChangeSerialisedPerSession(t *testing.T) {
 	ctx := context.Background()
-	held := log.Key{Agent: "a", Instance: "i", Session: "s"}
+	held := record.Key{Agent: "a", Instance: "i", Session: "s"}
 	r := blockingRig(t, held)
-	sibling := log.Key{Agent: "a", Instance: "i", Session: "t"}
-	elsewhere := log.Key{Agent: "a", Instance: "j", Session: "s"}
+	sibling := record.Key{Agent: "a", Instance: "i", Session: "t"}
+	elsewhere := record.Key{Agent: "a", Instance: "j", Session: "s"}
 	heldSub := r.completed(t, held, "held")
 	siblingSub := r.completed(t, sibling, "sibling")
 	r.completed(t, elsewhere, "elsewhere")
@@ -115,11 +116,11 @@ func TestChangeSerialisedPerSession(t *testing.T) {
 		{"regenerate of the held session", log.Change{Kind: log.ChangeRegenerate, Key: held}, true},
 		{"reset of the held session", log.Change{Kind: log.ChangeReset, Key: held}, true},
 		{"fork from the held session", log.Change{Kind: log.ChangeFork, Key: held, EntryID: heldSub.EntryID,
-			Target: log.Key{Agent: "a", Instance: "i", Session: "copy1"}}, true},
+			Target: record.Key{Agent: "a", Instance: "i", Session: "copy1"}}, true},
 		{"fork into the held session", log.Change{Kind: log.ChangeFork, Key: sibling, EntryID: siblingSub.EntryID, Target: held}, true},
-		{"delete of the held session's instance", log.Change{Kind: log.ChangeDelete, Key: log.Key{Agent: "a", Instance: "i", Session: "t"}}, true},
+		{"delete of the held session's instance", log.Change{Kind: log.ChangeDelete, Key: record.Key{Agent: "a", Instance: "i", Session: "t"}}, true},
 		{"fork of a sibling session", log.Change{Kind: log.ChangeFork, Key: sibling, EntryID: siblingSub.EntryID,
-			Target: log.Key{Agent: "a", Instance: "i", Session: "copy2"}}, false},
+			Target: record.Key{Agent: "a", Instance: "i", Session: "copy2"}}, false},
 		{"rewind of a sibling session", log.Change{Kind: log.ChangeRewind, Key: sibling, EntryID: siblingSub.EntryID}, false},
 		{"reset of a sibling session", log.Change{Kind: log.ChangeReset, Key: sibling}, false},
 		{"delete of another instance", log.Change{Kind: log.ChangeDelete, Key: elsewhere}, false},
@@ -141,7 +142,7 @@ func TestChangeSerialisedPerSession(t *testing.T) {
 		}
 	}
 	// A delivery is not a change.
-	var delivered log.Submission
+	var delivered record.Submission
 	if err := within(t, "a delivery to the held session", func() (err error) {
 		delivered, _, err = r.core.Admit(ctx, admission(held, "meanwhile"))
 		return err
@@ -152,7 +153,7 @@ func TestChangeSerialisedPerSession(t *testing.T) {
 		t.Fatalf("the held change: %v", err)
 	}
 	// The change that commits after the delivery accounts for it.
-	settledOnce(t, settlements(t, r.db, held), delivered.ID, log.OutcomeAborted, "rewound")
+	settledOnce(t, settlements(t, r.db, held), delivered.ID, record.OutcomeAborted, "rewound")
 
 	// Released: the session takes changes again, and a change that fails
 	// releases it too.
@@ -168,10 +169,10 @@ func TestChangeSerialisedPerSession(t *testing.T) {
 // A delete holds its whole instance: no session of it changes meanwhile.
 func TestChangeDeleteHoldsInstance(t *testing.T) {
 	ctx := context.Background()
-	s := log.Key{Agent: "a", Instance: "i", Session: "s"}
+	s := record.Key{Agent: "a", Instance: "i", Session: "s"}
 	r := blockingRig(t, s)
-	sibling := log.Key{Agent: "a", Instance: "i", Session: "t"}
-	other := log.Key{Agent: "a", Instance: "j", Session: "t"}
+	sibling := record.Key{Agent: "a", Instance: "i", Session: "t"}
+	other := record.Key{Agent: "a", Instance: "j", Session: "t"}
 	r.completed(t, s, "one")
 	sib := r.completed(t, sibling, "two")
 	oth := r.completed(t, other, "three")
@@ -182,8 +183,8 @@ func TestChangeDeleteHoldsInstance(t *testing.T) {
 		refused bool
 	}{
 		{"rewind of a session of the instance", log.Change{Kind: log.ChangeRewind, Key: sibling, EntryID: sib.EntryID}, true},
-		{"reset of a session of the instance", log.Change{Kind: log.ChangeReset, Key: log.Key{Agent: "a", Instance: "i", Session: "new"}}, true},
-		{"fork into the instance", log.Change{Kind: log.ChangeFork, Key: other, EntryID: oth.EntryID, Target: log.Key{Agent: "a", Instance: "i", Session: "copy"}}, true},
+		{"reset of a session of the instance", log.Change{Kind: log.ChangeReset, Key: record.Key{Agent: "a", Instance: "i", Session: "new"}}, true},
+		{"fork into the instance", log.Change{Kind: log.ChangeFork, Key: other, EntryID: oth.EntryID, Target: record.Key{Agent: "a", Instance: "i", Session: "copy"}}, true},
 		{"a second delete", log.Change{Kind: log.ChangeDelete, Key: sibling}, true},
 		{"rewind in another instance", log.Change{Kind: log.ChangeRewind, Key: other, EntryID: oth.EntryID}, false},
 	} {
@@ -227,7 +228,7 @@ func TestChangeQuiescesTheRunner(t *testing.T) {
 	} {
 		t.Run(string(tc.kind), func(t *testing.T) {
 			r := newRig(t, agents{"a": {Busy: worker.BusyQueue}})
-			key := log.Key{Agent: "a", Instance: "i", Session: "s"}
+			key := record.Key{Agent: "a", Instance: "i", Session: "s"}
 			one := r.completed(t, key, "one")
 			running := startTurn(t, r.db, r.admit(t, key, "two"))
 			queued := r.admit(t, key, "three")
@@ -237,7 +238,7 @@ func TestChangeQuiescesTheRunner(t *testing.T) {
 				ch.EntryID = ""
 			}
 			if tc.kind == log.ChangeFork {
-				ch.EntryID, ch.Target = one.EntryID, log.Key{Agent: "a", Instance: "i", Session: "copy"}
+				ch.EntryID, ch.Target = one.EntryID, record.Key{Agent: "a", Instance: "i", Session: "copy"}
 			}
 			res, replayed, err := r.core.Change(ctx, ch)
 			if err != nil || replayed {
@@ -248,7 +249,7 @@ func TestChangeQuiescesTheRunner(t *testing.T) {
 				if len(calls) != 0 {
 					t.Fatalf("quiesced %+v", calls)
 				}
-			} else if len(calls) != 1 || !slices.Equal(calls[0].keys, []log.Key{key}) || calls[0].abortFirst != *tc.quiesce {
+			} else if len(calls) != 1 || !slices.Equal(calls[0].keys, []record.Key{key}) || calls[0].abortFirst != *tc.quiesce {
 				t.Fatalf("quiesce calls %+v, want one of [%s] with abortFirst %v", calls, key, *tc.quiesce)
 			}
 			// The core aborts nothing itself: the runner's Quiesce and
@@ -258,7 +259,7 @@ func TestChangeQuiescesTheRunner(t *testing.T) {
 			}
 			sts := settlements(t, r.db, key)
 			for _, c := range []struct {
-				sub  log.Submission
+				sub  record.Submission
 				code string
 			}{{running, tc.runningCode}, {queued, tc.queuedCode}} {
 				if c.code == "" {
@@ -267,8 +268,8 @@ func TestChangeQuiescesTheRunner(t *testing.T) {
 					}
 					continue
 				}
-				settledOnce(t, sts, c.sub.ID, log.OutcomeAborted, c.code)
-				if s := r.sub(t, c.sub.ID); s.Status != log.StatusAborted {
+				settledOnce(t, sts, c.sub.ID, record.OutcomeAborted, c.code)
+				if s := r.sub(t, c.sub.ID); s.Status != record.StatusAborted {
 					t.Fatalf("%+v", s)
 				}
 			}
@@ -287,7 +288,7 @@ func TestChangeQuiescesTheRunner(t *testing.T) {
 			wantKicks := kicked
 			if tc.newSubmission {
 				wantKicks++
-				if res.Submission == nil || res.Submission.Status != log.StatusAdmitted {
+				if res.Submission == nil || res.Submission.Status != record.StatusAdmitted {
 					t.Fatalf("regenerate: %+v", res.Submission)
 				}
 			}
@@ -315,22 +316,22 @@ func ptr[T any](v T) *T { return &v }
 func TestChangeDeleteSettlesQueued(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t, agents{"a": {Busy: worker.BusyQueue}})
-	s1 := log.Key{Agent: "a", Instance: "i", Session: "s1"}
-	s2 := log.Key{Agent: "a", Instance: "i", Session: "s2"}
-	other := log.Key{Agent: "a", Instance: "j", Session: "s1"}
+	s1 := record.Key{Agent: "a", Instance: "i", Session: "s1"}
+	s2 := record.Key{Agent: "a", Instance: "i", Session: "s2"}
+	other := record.Key{Agent: "a", Instance: "j", Session: "s1"}
 	done := r.completed(t, s1, "done")
 	running := startTurn(t, r.db, r.admit(t, s1, "running"))
-	queued := []log.Submission{r.admit(t, s1, "q1"), r.admit(t, s1, "q2"), r.admit(t, s2, "q3")}
+	queued := []record.Submission{r.admit(t, s1, "q1"), r.admit(t, s1, "q2"), r.admit(t, s2, "q3")}
 	untouched := r.admit(t, other, "elsewhere")
 
-	var before map[log.Key]map[string][]log.Settlement
+	var before map[record.Key]map[string][]record.Settlement
 	r.log.onChange = func(ch log.Change) {
 		if ch.Kind != log.ChangeDelete {
 			t.Errorf("change %s", ch.Kind)
 		}
-		before = map[log.Key]map[string][]log.Settlement{s1: settlements(t, r.db, s1), s2: settlements(t, r.db, s2)}
+		before = map[record.Key]map[string][]record.Settlement{s1: settlements(t, r.db, s1), s2: settlements(t, r.db, s2)}
 	}
-	res, _, err := r.core.Change(ctx, log.Change{Kind: log.ChangeDelete, Key: log.Key{Agent: "a", Instance: "i", Session: "whatever"}})
+	res, _, err := r.core.Change(ctx, log.Change{Kind: log.ChangeDelete, Key: record.Key{Agent: "a", Instance: "i", Session: "whatever"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,17 +340,17 @@ func TestChangeDeleteSettlesQueued(t *testing.T) {
 		t.Fatalf("quiesce calls %+v", calls)
 	}
 	keys := slices.Clone(calls[0].keys)
-	slices.SortFunc(keys, func(a, b log.Key) int { return strings.Compare(a.Session, b.Session) })
-	if !slices.Equal(keys, []log.Key{s1, s2}) {
+	slices.SortFunc(keys, func(a, b record.Key) int { return strings.Compare(a.Session, b.Session) })
+	if !slices.Equal(keys, []record.Key{s1, s2}) {
 		t.Fatalf("quiesced %v, want every session of the instance", calls[0].keys)
 	}
 	if before == nil {
 		t.Fatal("the delete did not reach the log")
 	}
-	settledOnce(t, before[s1], done.ID, log.OutcomeCompleted, "")
-	settledOnce(t, before[s1], running.ID, log.OutcomeAborted, "aborted")
+	settledOnce(t, before[s1], done.ID, record.OutcomeCompleted, "")
+	settledOnce(t, before[s1], running.ID, record.OutcomeAborted, "aborted")
 	for _, q := range queued {
-		settledOnce(t, before[q.Key], q.ID, log.OutcomeAborted, "deleted")
+		settledOnce(t, before[q.Key], q.ID, record.OutcomeAborted, "deleted")
 	}
 	// Nothing was left for the delete's own transaction.
 	if len(res.Aborted) != 0 {
@@ -359,19 +360,19 @@ func TestChangeDeleteSettlesQueued(t *testing.T) {
 	if !slices.Equal(res.Sessions, []string{"s1", "s2"}) {
 		t.Fatalf("res.Sessions %v", res.Sessions)
 	}
-	for _, s := range append([]log.Submission{running}, queued...) {
-		if got := r.sub(t, s.ID); got.Status != log.StatusAborted {
+	for _, s := range append([]record.Submission{running}, queued...) {
+		if got := r.sub(t, s.ID); got.Status != record.StatusAborted {
 			t.Fatalf("%+v", got)
 		}
 	}
 	if a := r.runner.abortCalls(); len(a) != 0 {
 		t.Fatalf("the core aborted %v", a)
 	}
-	if got := r.sub(t, untouched.ID); got.Status != log.StatusAdmitted {
+	if got := r.sub(t, untouched.ID); got.Status != record.StatusAdmitted {
 		t.Fatalf("another instance's submission: %+v", got)
 	}
 	// A delete of no instance is ErrInstanceNotFound.
-	if _, _, err := r.core.Change(ctx, log.Change{Kind: log.ChangeDelete, Key: log.Key{Agent: "a", Instance: "nosuch", Session: "s"}}); !errors.Is(err, log.ErrInstanceNotFound) {
+	if _, _, err := r.core.Change(ctx, log.Change{Kind: log.ChangeDelete, Key: record.Key{Agent: "a", Instance: "nosuch", Session: "s"}}); !errors.Is(err, log.ErrInstanceNotFound) {
 		t.Fatalf("delete of no instance: %v", err)
 	}
 }
@@ -383,7 +384,7 @@ func TestChangeDeleteSettlesQueued(t *testing.T) {
 // mutation_in_progress.
 func TestChangeRetryWaitsForItsFirstTry(t *testing.T) {
 	ctx := context.Background()
-	key := log.Key{Agent: "a", Instance: "i", Session: "s"}
+	key := record.Key{Agent: "a", Instance: "i", Session: "s"}
 	r := blockingRig(t, key)
 	sub := r.completed(t, key, "hello")
 	rewind := log.Change{Kind: log.ChangeRewind, Key: key, EntryID: sub.EntryID, IdempotencyKey: "rewind-1", RequestHash: "h1"}

@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/worker"
 )
 
@@ -46,11 +47,11 @@ var (
 
 // Log is what the core needs of the storage engine; *log.DB satisfies it.
 type Log interface {
-	Admit(ctx context.Context, a log.Admission) (sub log.Submission, replayed bool, err error)
+	Admit(ctx context.Context, a log.Admission) (sub record.Submission, replayed bool, err error)
 	Change(ctx context.Context, c log.Change) (log.ChangeResult, bool, error)
 	Write(ctx context.Context, w log.Write) (log.Appended, error)
-	Pending(ctx context.Context, key log.Key) ([]log.Submission, error)
-	Submission(ctx context.Context, id string) (log.Submission, error)
+	Pending(ctx context.Context, key record.Key) ([]record.Submission, error)
+	Submission(ctx context.Context, id string) (record.Submission, error)
 	Sessions(ctx context.Context, agent, instance string) ([]log.SessionInfo, error)
 }
 
@@ -61,16 +62,16 @@ var _ Log = (*log.DB)(nil)
 type Runner interface {
 	// Claim offers to start a delivery to key in its admission's own commit
 	// (log.Admission.StartTurn); nil for no offer.
-	Claim(key log.Key) Claim
+	Claim(key record.Key) Claim
 	// Abort ends a submission: settled aborted at once if it has not
 	// started, its turn cancelled and awaited (within ctx) if it runs. It
 	// returns the submission as it is after, or an error that wraps
 	// log.ErrSubmissionSettled.
-	Abort(ctx context.Context, id string) (log.Submission, error)
+	Abort(ctx context.Context, id string) (record.Submission, error)
 	// Quiesce runs fn while no turn of keys runs or starts: with
 	// abortFirst, running turns are aborted and settled first, else after
 	// fn.
-	Quiesce(ctx context.Context, keys []log.Key, abortFirst bool, fn func(context.Context) error) error
+	Quiesce(ctx context.Context, keys []record.Key, abortFirst bool, fn func(context.Context) error) error
 }
 
 // Claim is a Runner's offer to start one delivery in its admission's
@@ -78,7 +79,7 @@ type Runner interface {
 // with Started, and always Release (idempotent).
 type Claim interface {
 	TurnID() string
-	Started(log.Submission)
+	Started(record.Submission)
 	Release()
 }
 
@@ -154,7 +155,7 @@ func (c *Core) Agents() []worker.AgentInfo { return c.agents.List() }
 // submission id); the core sets the rest: RejectIfBusy, MaxTurns and the
 // fast path's StartTurn. Under the interrupt policy the session's earlier
 // unsettled submissions are aborted before Admit returns.
-func (c *Core) Admit(ctx context.Context, a log.Admission) (sub log.Submission, replayed bool, err error) {
+func (c *Core) Admit(ctx context.Context, a log.Admission) (sub record.Submission, replayed bool, err error) {
 	o, err := c.Agent(a.Key.Agent)
 	if err != nil {
 		return sub, false, err
@@ -193,12 +194,12 @@ func (c *Core) admitted() {
 // otherwise (completed, failed) before the abort reached it is an error
 // wrapping log.ErrSubmissionSettled, as for one that was settled already:
 // the abort changed nothing.
-func (c *Core) Abort(ctx context.Context, id string) (log.Submission, error) {
+func (c *Core) Abort(ctx context.Context, id string) (record.Submission, error) {
 	sub, err := c.runner.Abort(ctx, id)
 	if err != nil {
 		return sub, err
 	}
-	if sub.Status.Terminal() && sub.Status != log.StatusAborted {
+	if sub.Status.Terminal() && sub.Status != record.StatusAborted {
 		return sub, &SettledError{Status: sub.Status}
 	}
 	return sub, nil
@@ -206,7 +207,7 @@ func (c *Core) Abort(ctx context.Context, id string) (log.Submission, error) {
 
 // SettledError is an abort that lost the race to the turn's own
 // settlement.
-type SettledError struct{ Status log.Status }
+type SettledError struct{ Status record.Status }
 
 func (e *SettledError) Error() string {
 	return fmt.Sprintf("the submission settled %s before the abort took effect", e.Status)
@@ -220,7 +221,7 @@ const interruptTimeout = 30 * time.Second
 
 // AbortSession aborts every unsettled submission of key: each running turn
 // is cancelled and settled aborted before it returns.
-func (c *Core) AbortSession(ctx context.Context, key log.Key) error {
+func (c *Core) AbortSession(ctx context.Context, key record.Key) error {
 	return c.abortPending(ctx, key, "")
 }
 
@@ -229,7 +230,7 @@ func (c *Core) AbortSession(ctx context.Context, key log.Key) error {
 // interrupt's, which aborts keep instead. Not within the request's
 // context alone: a client that hangs up must not leave an older
 // submission running before its own.
-func (c *Core) abortOthers(ctx context.Context, key log.Key, keep string) {
+func (c *Core) abortOthers(ctx context.Context, key record.Key, keep string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), interruptTimeout)
 	defer cancel()
 	if err := c.abortPending(ctx, key, keep); err != nil {
@@ -237,7 +238,7 @@ func (c *Core) abortOthers(ctx context.Context, key log.Key, keep string) {
 	}
 }
 
-func (c *Core) abortPending(ctx context.Context, key log.Key, keep string) error {
+func (c *Core) abortPending(ctx context.Context, key record.Key, keep string) error {
 	pending, err := c.log.Pending(ctx, key)
 	if err != nil {
 		return fmt.Errorf("read pending: %w", err)
@@ -246,7 +247,7 @@ func (c *Core) abortPending(ctx context.Context, key log.Key, keep string) error
 		// Pending is in admission order: those before keep are earlier.
 		// If keep is no longer pending, it settled (a later interrupt
 		// aborted it, say): what is left is not its to abort.
-		i := slices.IndexFunc(pending, func(p log.Submission) bool { return p.ID == keep })
+		i := slices.IndexFunc(pending, func(p record.Submission) bool { return p.ID == keep })
 		if i < 0 {
 			return nil
 		}
@@ -300,7 +301,7 @@ func (c *Core) Change(ctx context.Context, ch log.Change) (res log.ChangeResult,
 	}
 	defer unlock()
 	abortFirst := ch.Kind != log.ChangeReset
-	err = c.runner.Quiesce(ctx, []log.Key{ch.Key}, abortFirst, func(ctx context.Context) (err error) {
+	err = c.runner.Quiesce(ctx, []record.Key{ch.Key}, abortFirst, func(ctx context.Context) (err error) {
 		res, replayed, err = c.log.Change(ctx, ch)
 		return err
 	})
@@ -311,7 +312,7 @@ func (c *Core) Change(ctx context.Context, ch log.Change) (res log.ChangeResult,
 }
 
 func (c *Core) deleteInstance(ctx context.Context, ch log.Change) (res log.ChangeResult, replayed bool, err error) {
-	unlock, err := c.lock(ctx, ch.IdempotencyKey, log.Key{Agent: ch.Key.Agent, Instance: ch.Key.Instance})
+	unlock, err := c.lock(ctx, ch.IdempotencyKey, record.Key{Agent: ch.Key.Agent, Instance: ch.Key.Instance})
 	if err != nil {
 		return res, false, err
 	}
@@ -320,9 +321,9 @@ func (c *Core) deleteInstance(ctx context.Context, ch log.Change) (res log.Chang
 	if err != nil && !errors.Is(err, log.ErrInstanceNotFound) {
 		return res, false, err
 	}
-	keys := make([]log.Key, len(sessions))
+	keys := make([]record.Key, len(sessions))
 	for i, si := range sessions {
-		keys[i] = log.Key{Agent: ch.Key.Agent, Instance: ch.Key.Instance, Session: si.Session}
+		keys[i] = record.Key{Agent: ch.Key.Agent, Instance: ch.Key.Instance, Session: si.Session}
 	}
 	err = c.runner.Quiesce(ctx, keys, true, func(ctx context.Context) (err error) {
 		// Queued submissions are settled in their streams in a commit of
@@ -337,16 +338,16 @@ func (c *Core) deleteInstance(ctx context.Context, ch log.Change) (res log.Chang
 	return res, replayed, err
 }
 
-func (c *Core) settleQueued(ctx context.Context, key log.Key) {
+func (c *Core) settleQueued(ctx context.Context, key record.Key) {
 	pending, err := c.log.Pending(ctx, key)
 	if err != nil || len(pending) == 0 {
 		return
 	}
 	w := log.Write{Key: key}
 	for _, p := range pending {
-		if p.Status == log.StatusAdmitted && len(w.Settle) < log.MaxRecordsBatch {
-			w.Settle = append(w.Settle, log.Settlement{SubmissionID: p.ID, Outcome: log.OutcomeAborted,
-				Error: &log.Failure{Code: "deleted", Message: "the instance was deleted before the submission settled"}})
+		if p.Status == record.StatusAdmitted && len(w.Settle) < record.MaxRecordsBatch {
+			w.Settle = append(w.Settle, record.Settlement{SubmissionID: p.ID, Outcome: record.OutcomeAborted,
+				Error: &record.Failure{Code: "deleted", Message: "the instance was deleted before the submission settled"}})
 		}
 	}
 	if len(w.Settle) == 0 {
@@ -365,7 +366,7 @@ func (c *Core) settleQueued(ctx context.Context, key log.Key) {
 // try timed out while the change waited for a turn): it waits for the
 // first try, then goes on, and the log replays the first try's answer if
 // that one committed.
-func (c *Core) lock(ctx context.Context, idem string, keys ...log.Key) (unlock func(), err error) {
+func (c *Core) lock(ctx context.Context, idem string, keys ...record.Key) (unlock func(), err error) {
 	names := make([]string, len(keys))
 	for i, k := range keys {
 		names[i] = k.Agent + "\x00" + k.Instance

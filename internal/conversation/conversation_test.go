@@ -8,6 +8,7 @@ import (
 
 	"github.com/convlog/convlog/internal/conversation"
 	"github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/worker"
 )
 
@@ -56,7 +57,7 @@ func TestAgentNormalisesBusyAndRefusesUnknown(t *testing.T) {
 	// A delivery to an unknown agent stores nothing, asks the runner
 	// nothing and relays nothing.
 	r.runner.offer = true
-	key := log.Key{Agent: "nosuch", Instance: "i", Session: "s"}
+	key := record.Key{Agent: "nosuch", Instance: "i", Session: "s"}
 	if _, _, err := r.core.Admit(context.Background(), admission(key, "hi")); !errors.Is(err, conversation.ErrUnknownAgent) {
 		t.Fatalf("admit to unknown agent: %v", err)
 	}
@@ -88,9 +89,9 @@ func TestAdmitBusyPolicies(t *testing.T) {
 			r := newRig(t, agents{"a": {Busy: tc.busy}})
 			r.runner.offer = true
 			ctx := context.Background()
-			key := log.Key{Agent: "a", Instance: "i", Session: "s"}
+			key := record.Key{Agent: "a", Instance: "i", Session: "s"}
 			first := r.admit(t, key, "first")
-			if first.Status != log.StatusRunning {
+			if first.Status != record.StatusRunning {
 				t.Fatalf("first delivery not started on the fast path: %+v", first)
 			}
 			second, _, err := r.core.Admit(ctx, admission(key, "second"))
@@ -105,10 +106,10 @@ func TestAdmitBusyPolicies(t *testing.T) {
 					t.Fatalf("%d kicks, want 1 (the refused delivery is not relayed)", n)
 				}
 				// Reject holds only while busy, and only this session.
-				if _, _, err := r.core.Admit(ctx, admission(log.Key{Agent: "a", Instance: "i", Session: "other"}, "x")); err != nil {
+				if _, _, err := r.core.Admit(ctx, admission(record.Key{Agent: "a", Instance: "i", Session: "other"}, "x")); err != nil {
 					t.Fatalf("another session: %v", err)
 				}
-				if err := settle(ctx, r.db, r.sub(t, first.ID), log.OutcomeCompleted); err != nil {
+				if err := settle(ctx, r.db, r.sub(t, first.ID), record.OutcomeCompleted); err != nil {
 					t.Fatal(err)
 				}
 				r.admit(t, key, "third")
@@ -117,7 +118,7 @@ func TestAdmitBusyPolicies(t *testing.T) {
 			if err != nil {
 				t.Fatalf("second delivery: %v", err)
 			}
-			if second.Status != log.StatusAdmitted {
+			if second.Status != record.StatusAdmitted {
 				t.Fatalf("second delivery started while the session was busy: %+v", second)
 			}
 			// The second claim was offered, reported and released: the
@@ -126,7 +127,7 @@ func TestAdmitBusyPolicies(t *testing.T) {
 			if len(claims) != 2 {
 				t.Fatalf("%d claims", len(claims))
 			}
-			if started, releases := claims[1].state(); releases != 1 || len(started) != 1 || started[0].ID != second.ID || started[0].Status != log.StatusAdmitted {
+			if started, releases := claims[1].state(); releases != 1 || len(started) != 1 || started[0].ID != second.ID || started[0].Status != record.StatusAdmitted {
 				t.Fatalf("second claim: started %+v, %d releases", started, releases)
 			}
 			if n := r.kicks.n.Load(); n != 2 {
@@ -137,10 +138,10 @@ func TestAdmitBusyPolicies(t *testing.T) {
 				if got := r.runner.abortCalls(); !slices.Equal(got, []string{first.ID}) {
 					t.Fatalf("aborts %v, want the first only", got)
 				}
-				if s := r.sub(t, first.ID); s.Status != log.StatusAborted {
+				if s := r.sub(t, first.ID); s.Status != record.StatusAborted {
 					t.Fatalf("first: %+v", s)
 				}
-				settledOnce(t, sts, first.ID, log.OutcomeAborted, "")
+				settledOnce(t, sts, first.ID, record.OutcomeAborted, "")
 				if ids := r.pendingIDs(t, key); !slices.Equal(ids, []string{second.ID}) {
 					t.Fatalf("pending %v, want the second only", ids)
 				}
@@ -167,18 +168,18 @@ func TestAdmitBusyPolicies(t *testing.T) {
 // read of the pending submissions.
 func TestAdmitInterruptAbortsOnlyEarlierSubmissions(t *testing.T) {
 	r := newRig(t, agents{"a": {Busy: worker.BusyInterrupt}})
-	key := log.Key{Agent: "a", Instance: "i", Session: "s"}
+	key := record.Key{Agent: "a", Instance: "i", Session: "s"}
 	zero := r.admit(t, key, "zero")
 	zero = startTurn(t, r.db, zero)
-	var later log.Submission
-	r.log.onPending = func(log.Key) {
+	var later record.Submission
+	r.log.onPending = func(record.Key) {
 		later = r.admit(t, key, "later")
 	}
 	first := r.admit(t, key, "first")
 	if later.ID == "" {
 		t.Fatal("the hook did not run")
 	}
-	for id, want := range map[string]log.Status{zero.ID: log.StatusAborted, first.ID: log.StatusAborted, later.ID: log.StatusAdmitted} {
+	for id, want := range map[string]record.Status{zero.ID: record.StatusAborted, first.ID: record.StatusAborted, later.ID: record.StatusAdmitted} {
 		if s := r.sub(t, id); s.Status != want {
 			t.Errorf("submission %s is %s, want %s", id, s.Status, want)
 		}
@@ -187,14 +188,14 @@ func TestAdmitInterruptAbortsOnlyEarlierSubmissions(t *testing.T) {
 		t.Fatalf("pending %v, want the latest delivery only", ids)
 	}
 	sts := settlements(t, r.db, key)
-	settledOnce(t, sts, zero.ID, log.OutcomeAborted, "")
-	settledOnce(t, sts, first.ID, log.OutcomeAborted, "")
+	settledOnce(t, sts, zero.ID, record.OutcomeAborted, "")
+	settledOnce(t, sts, first.ID, record.OutcomeAborted, "")
 }
 
 func TestAdmitMaxTurns(t *testing.T) {
 	r := newRig(t, agents{"a": {Busy: worker.BusyQueue, MaxTurns: 2}})
 	ctx := context.Background()
-	key := log.Key{Agent: "a", Instance: "i", Session: "s"}
+	key := record.Key{Agent: "a", Instance: "i", Session: "s"}
 	a := admission(key, "one")
 	a.IdempotencyKey, a.RequestHash = "k1", "h1"
 	one, _, err := r.core.Admit(ctx, a)
@@ -202,8 +203,8 @@ func TestAdmitMaxTurns(t *testing.T) {
 		t.Fatal(err)
 	}
 	two := r.admit(t, key, "two")
-	for _, s := range []log.Submission{one, two} {
-		if err := settle(ctx, r.db, s, log.OutcomeCompleted); err != nil {
+	for _, s := range []record.Submission{one, two} {
+		if err := settle(ctx, r.db, s, record.OutcomeCompleted); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -228,7 +229,7 @@ func TestAdmitMaxTurns(t *testing.T) {
 		t.Fatalf("regenerate past the limit: %v", err)
 	}
 	// The limit is per session.
-	r.admit(t, log.Key{Agent: "a", Instance: "i", Session: "t"}, "elsewhere")
+	r.admit(t, record.Key{Agent: "a", Instance: "i", Session: "t"}, "elsewhere")
 	// A reset starts the count again.
 	if _, _, err := r.core.Change(ctx, log.Change{Kind: log.ChangeReset, Key: key}); err != nil {
 		t.Fatal(err)
@@ -238,7 +239,7 @@ func TestAdmitMaxTurns(t *testing.T) {
 
 func TestAdmitFastPath(t *testing.T) {
 	ctx := context.Background()
-	key := log.Key{Agent: "a", Instance: "i", Session: "s"}
+	key := record.Key{Agent: "a", Instance: "i", Session: "s"}
 	t.Run("offered", func(t *testing.T) {
 		r := newRig(t, agents{"a": {}})
 		r.runner.offer = true
@@ -247,14 +248,14 @@ func TestAdmitFastPath(t *testing.T) {
 		if len(claims) != 1 {
 			t.Fatalf("%d claims", len(claims))
 		}
-		if sub.Status != log.StatusRunning || sub.TurnID != claims[0].turnID {
+		if sub.Status != record.StatusRunning || sub.TurnID != claims[0].turnID {
 			t.Fatalf("admitted %+v, want running as %s", sub, claims[0].turnID)
 		}
 		started, releases := claims[0].state()
 		if len(started) != 1 || started[0].ID != sub.ID || started[0].TurnID != claims[0].turnID || releases != 1 {
 			t.Fatalf("claim: started %+v, %d releases", started, releases)
 		}
-		if stored := r.sub(t, sub.ID); stored.Status != log.StatusRunning || stored.TurnID != claims[0].turnID {
+		if stored := r.sub(t, sub.ID); stored.Status != record.StatusRunning || stored.TurnID != claims[0].turnID {
 			t.Fatalf("stored %+v", stored)
 		}
 		// The admission is relayed as any other.
@@ -265,7 +266,7 @@ func TestAdmitFastPath(t *testing.T) {
 	t.Run("not offered", func(t *testing.T) {
 		r := newRig(t, agents{"a": {}})
 		sub := r.admit(t, key, "hi")
-		if sub.Status != log.StatusAdmitted || sub.TurnID != "" {
+		if sub.Status != record.StatusAdmitted || sub.TurnID != "" {
 			t.Fatalf("admitted %+v", sub)
 		}
 		if n := r.kicks.n.Load(); n != 1 {
@@ -294,7 +295,7 @@ func TestAdmitFastPath(t *testing.T) {
 		}
 		r.runner.offer = true
 		got, replayed, err := r.core.Admit(ctx, a)
-		if err != nil || !replayed || got.ID != first.ID || got.Status != log.StatusAdmitted {
+		if err != nil || !replayed || got.ID != first.ID || got.Status != record.StatusAdmitted {
 			t.Fatalf("replay %+v %v %v", got, replayed, err)
 		}
 		claims := r.runner.claimList()
@@ -319,35 +320,35 @@ func TestAdmitFastPath(t *testing.T) {
 
 func TestAbort(t *testing.T) {
 	ctx := context.Background()
-	key := log.Key{Agent: "a", Instance: "i", Session: "s"}
+	key := record.Key{Agent: "a", Instance: "i", Session: "s"}
 	for _, tc := range []struct {
 		name string
 		// prepare makes the submission's state before the abort.
-		prepare func(t *testing.T, r *rig, sub log.Submission)
-		finish  log.Outcome // the runner's: the turn settles so first
+		prepare func(t *testing.T, r *rig, sub record.Submission)
+		finish  record.Outcome // the runner's: the turn settles so first
 		// want is the status after; settledErr: the abort is refused
 		// with a *SettledError of that status; settled: with an error
 		// wrapping log.ErrSubmissionSettled.
-		want       log.Status
+		want       record.Status
 		settledErr bool
 		settled    bool
 	}{
-		{name: "admitted", want: log.StatusAborted},
-		{name: "running", prepare: func(t *testing.T, r *rig, sub log.Submission) { startTurn(t, r.db, sub) }, want: log.StatusAborted},
-		{name: "running, completes first", prepare: func(t *testing.T, r *rig, sub log.Submission) { startTurn(t, r.db, sub) },
-			finish: log.OutcomeCompleted, want: log.StatusCompleted, settledErr: true},
-		{name: "running, fails first", prepare: func(t *testing.T, r *rig, sub log.Submission) { startTurn(t, r.db, sub) },
-			finish: log.OutcomeFailed, want: log.StatusFailed, settledErr: true},
-		{name: "settled already", prepare: func(t *testing.T, r *rig, sub log.Submission) {
-			if err := settle(ctx, r.db, sub, log.OutcomeCompleted); err != nil {
+		{name: "admitted", want: record.StatusAborted},
+		{name: "running", prepare: func(t *testing.T, r *rig, sub record.Submission) { startTurn(t, r.db, sub) }, want: record.StatusAborted},
+		{name: "running, completes first", prepare: func(t *testing.T, r *rig, sub record.Submission) { startTurn(t, r.db, sub) },
+			finish: record.OutcomeCompleted, want: record.StatusCompleted, settledErr: true},
+		{name: "running, fails first", prepare: func(t *testing.T, r *rig, sub record.Submission) { startTurn(t, r.db, sub) },
+			finish: record.OutcomeFailed, want: record.StatusFailed, settledErr: true},
+		{name: "settled already", prepare: func(t *testing.T, r *rig, sub record.Submission) {
+			if err := settle(ctx, r.db, sub, record.OutcomeCompleted); err != nil {
 				t.Fatal(err)
 			}
-		}, want: log.StatusCompleted, settled: true},
-		{name: "aborted already", prepare: func(t *testing.T, r *rig, sub log.Submission) {
-			if err := settle(ctx, r.db, sub, log.OutcomeAborted); err != nil {
+		}, want: record.StatusCompleted, settled: true},
+		{name: "aborted already", prepare: func(t *testing.T, r *rig, sub record.Submission) {
+			if err := settle(ctx, r.db, sub, record.OutcomeAborted); err != nil {
 				t.Fatal(err)
 			}
-		}, want: log.StatusAborted, settled: true},
+		}, want: record.StatusAborted, settled: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRig(t, agents{"a": {}})
@@ -378,7 +379,7 @@ func TestAbort(t *testing.T) {
 			if s := r.sub(t, sub.ID); s.Status != tc.want {
 				t.Fatalf("stored %+v", s)
 			}
-			settledOnce(t, settlements(t, r.db, key), sub.ID, log.Outcome(tc.want), "")
+			settledOnce(t, settlements(t, r.db, key), sub.ID, record.Outcome(tc.want), "")
 		})
 	}
 	t.Run("unknown", func(t *testing.T) {
@@ -392,10 +393,10 @@ func TestAbort(t *testing.T) {
 func TestAbortSession(t *testing.T) {
 	ctx := context.Background()
 	r := newRig(t, agents{"a": {Busy: worker.BusyQueue}})
-	key := log.Key{Agent: "a", Instance: "i", Session: "s"}
-	other := log.Key{Agent: "a", Instance: "i", Session: "other"}
+	key := record.Key{Agent: "a", Instance: "i", Session: "s"}
+	other := record.Key{Agent: "a", Instance: "i", Session: "other"}
 	running := startTurn(t, r.db, r.admit(t, key, "one"))
-	queued := []log.Submission{r.admit(t, key, "two"), r.admit(t, key, "three")}
+	queued := []record.Submission{r.admit(t, key, "two"), r.admit(t, key, "three")}
 	done := r.admit(t, key, "four")
 	if _, err := r.core.Abort(ctx, done.ID); err != nil {
 		t.Fatal(err)
@@ -408,14 +409,14 @@ func TestAbortSession(t *testing.T) {
 		t.Fatalf("pending after AbortSession: %v", ids)
 	}
 	sts := settlements(t, r.db, key)
-	for _, s := range append([]log.Submission{running, done}, queued...) {
-		settledOnce(t, sts, s.ID, log.OutcomeAborted, "")
+	for _, s := range append([]record.Submission{running, done}, queued...) {
+		settledOnce(t, sts, s.ID, record.OutcomeAborted, "")
 	}
-	if s := r.sub(t, untouched.ID); s.Status != log.StatusAdmitted {
+	if s := r.sub(t, untouched.ID); s.Status != record.StatusAdmitted {
 		t.Fatalf("another session's submission: %+v", s)
 	}
 	// Nothing to abort is no error.
-	if err := r.core.AbortSession(ctx, log.Key{Agent: "a", Instance: "i", Session: "empty"}); err != nil {
+	if err := r.core.AbortSession(ctx, record.Key{Agent: "a", Instance: "i", Session: "empty"}); err != nil {
 		t.Fatal(err)
 	}
 }

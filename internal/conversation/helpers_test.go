@@ -14,6 +14,7 @@ import (
 
 	"github.com/convlog/convlog/internal/conversation"
 	"github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/worker"
 )
 
@@ -59,11 +60,11 @@ func (k *kicks) Kick() { k.n.Add(1) }
 type hookLog struct {
 	*log.DB
 	mu        sync.Mutex
-	onPending func(key log.Key)
+	onPending func(key record.Key)
 	onChange  func(ch log.Change)
 }
 
-func (h *hookLog) Pending(ctx context.Context, key log.Key) ([]log.Submission, error) {
+func (h *hookLog) Pending(ctx context.Context, key record.Key) ([]record.Submission, error) {
 	h.mu.Lock()
 	f := h.onPending
 	h.onPending = nil
@@ -86,7 +87,7 @@ func (h *hookLog) Change(ctx context.Context, ch log.Change) (log.ChangeResult, 
 }
 
 type quiesceCall struct {
-	keys       []log.Key
+	keys       []record.Key
 	abortFirst bool
 }
 
@@ -99,11 +100,11 @@ type fakeRunner struct {
 	offer bool
 	// finish, when set, is how a running turn ends when it is aborted: it
 	// settled so itself before the abort reached it.
-	finish log.Outcome
+	finish record.Outcome
 	// block: Quiesce of these sessions sends its keys on entered and
 	// waits for release before it does anything.
-	block   map[log.Key]bool
-	entered chan []log.Key
+	block   map[record.Key]bool
+	entered chan []record.Key
 	release chan struct{}
 
 	mu       sync.Mutex
@@ -113,7 +114,7 @@ type fakeRunner struct {
 	quiesces []quiesceCall
 }
 
-func (r *fakeRunner) Claim(key log.Key) conversation.Claim {
+func (r *fakeRunner) Claim(key record.Key) conversation.Claim {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.offer {
@@ -125,7 +126,7 @@ func (r *fakeRunner) Claim(key log.Key) conversation.Claim {
 	return c
 }
 
-func (r *fakeRunner) Abort(ctx context.Context, id string) (log.Submission, error) {
+func (r *fakeRunner) Abort(ctx context.Context, id string) (record.Submission, error) {
 	r.mu.Lock()
 	r.aborts = append(r.aborts, id)
 	finish := r.finish
@@ -137,8 +138,8 @@ func (r *fakeRunner) Abort(ctx context.Context, id string) (log.Submission, erro
 	if sub.Status.Terminal() {
 		return sub, fmt.Errorf("abort %s: %w", id, log.ErrSubmissionSettled)
 	}
-	outcome := log.OutcomeAborted
-	if sub.Status == log.StatusRunning && finish != "" {
+	outcome := record.OutcomeAborted
+	if sub.Status == record.StatusRunning && finish != "" {
 		outcome = finish
 	}
 	if err := settle(ctx, r.db, sub, outcome); err != nil {
@@ -147,7 +148,7 @@ func (r *fakeRunner) Abort(ctx context.Context, id string) (log.Submission, erro
 	return r.db.Submission(ctx, id)
 }
 
-func (r *fakeRunner) Quiesce(ctx context.Context, keys []log.Key, abortFirst bool, fn func(context.Context) error) error {
+func (r *fakeRunner) Quiesce(ctx context.Context, keys []record.Key, abortFirst bool, fn func(context.Context) error) error {
 	r.mu.Lock()
 	r.quiesces = append(r.quiesces, quiesceCall{slices.Clone(keys), abortFirst})
 	blocked := false
@@ -172,8 +173,8 @@ func (r *fakeRunner) Quiesce(ctx context.Context, keys []log.Key, abortFirst boo
 				return err
 			}
 			for _, p := range pending {
-				if p.Status == log.StatusRunning {
-					if err := settle(ctx, r.db, p, log.OutcomeAborted); err != nil {
+				if p.Status == record.StatusRunning {
+					if err := settle(ctx, r.db, p, record.OutcomeAborted); err != nil {
 						return err
 					}
 				}
@@ -205,13 +206,13 @@ type fakeClaim struct {
 	turnID string
 
 	mu       sync.Mutex
-	started  []log.Submission
+	started  []record.Submission
 	releases int
 }
 
 func (c *fakeClaim) TurnID() string { return c.turnID }
 
-func (c *fakeClaim) Started(s log.Submission) {
+func (c *fakeClaim) Started(s record.Submission) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.started = append(c.started, s)
@@ -223,24 +224,24 @@ func (c *fakeClaim) Release() {
 	c.releases++
 }
 
-func (c *fakeClaim) state() ([]log.Submission, int) {
+func (c *fakeClaim) state() ([]record.Submission, int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return slices.Clone(c.started), c.releases
 }
 
 // settle settles sub with outcome, as its turn (if it runs) would.
-func settle(ctx context.Context, db *log.DB, sub log.Submission, outcome log.Outcome) error {
-	st := log.Settlement{SubmissionID: sub.ID, Outcome: outcome}
-	if outcome != log.OutcomeCompleted {
-		st.Error = &log.Failure{Code: string(outcome), Message: "test"}
+func settle(ctx context.Context, db *log.DB, sub record.Submission, outcome record.Outcome) error {
+	st := record.Settlement{SubmissionID: sub.ID, Outcome: outcome}
+	if outcome != record.OutcomeCompleted {
+		st.Error = &record.Failure{Code: string(outcome), Message: "test"}
 	}
-	_, err := db.Write(ctx, log.Write{Key: sub.Key, TurnID: sub.TurnID, Settle: []log.Settlement{st}})
+	_, err := db.Write(ctx, log.Write{Key: sub.Key, TurnID: sub.TurnID, Settle: []record.Settlement{st}})
 	return err
 }
 
 // startTurn starts an admitted submission, as a worker would.
-func startTurn(t *testing.T, db *log.DB, sub log.Submission) log.Submission {
+func startTurn(t *testing.T, db *log.DB, sub record.Submission) record.Submission {
 	t.Helper()
 	ctx := context.Background()
 	if _, err := db.Write(ctx, log.Write{Key: sub.Key, Start: []string{sub.ID}, TurnID: "turn_of_" + sub.ID}); err != nil {
@@ -274,17 +275,17 @@ func newRig(t *testing.T, ag agents) *rig {
 	return r
 }
 
-func userRecord(text string) log.Record {
-	p, _ := json.Marshal(log.MessagePayload{Parts: []log.Part{{Type: log.PartText, Text: text}}})
-	return log.EntryRecord(log.Entry{Type: log.EntryUserMessage, Payload: p})
+func userRecord(text string) record.Record {
+	p, _ := json.Marshal(record.MessagePayload{Parts: []record.Part{{Type: record.PartText, Text: text}}})
+	return record.EntryRecord(record.Entry{Type: record.EntryUserMessage, Payload: p})
 }
 
-func admission(key log.Key, text string) log.Admission {
-	return log.Admission{Key: key, Records: []log.Record{userRecord(text)}}
+func admission(key record.Key, text string) log.Admission {
+	return log.Admission{Key: key, Records: []record.Record{userRecord(text)}}
 }
 
 // admit admits through the core and fails the test on an error.
-func (r *rig) admit(t *testing.T, key log.Key, text string) log.Submission {
+func (r *rig) admit(t *testing.T, key record.Key, text string) record.Submission {
 	t.Helper()
 	sub, replayed, err := r.core.Admit(context.Background(), admission(key, text))
 	if err != nil || replayed {
@@ -293,7 +294,7 @@ func (r *rig) admit(t *testing.T, key log.Key, text string) log.Submission {
 	return sub
 }
 
-func (r *rig) sub(t *testing.T, id string) log.Submission {
+func (r *rig) sub(t *testing.T, id string) record.Submission {
 	t.Helper()
 	s, err := r.db.Submission(context.Background(), id)
 	if err != nil {
@@ -302,7 +303,7 @@ func (r *rig) sub(t *testing.T, id string) log.Submission {
 	return s
 }
 
-func (r *rig) pendingIDs(t *testing.T, key log.Key) []string {
+func (r *rig) pendingIDs(t *testing.T, key record.Key) []string {
 	t.Helper()
 	p, err := r.db.Pending(context.Background(), key)
 	if err != nil {
@@ -317,10 +318,10 @@ func (r *rig) pendingIDs(t *testing.T, key log.Key) []string {
 
 // settlements reads the settlement entries of key's current incarnation,
 // by submission.
-func settlements(t *testing.T, db *log.DB, key log.Key) map[string][]log.Settlement {
+func settlements(t *testing.T, db *log.DB, key record.Key) map[string][]record.Settlement {
 	t.Helper()
-	out := map[string][]log.Settlement{}
-	off := log.Start
+	out := map[string][]record.Settlement{}
+	off := record.Start
 	for {
 		res, err := db.Read(context.Background(), key, off, 0)
 		if err != nil {
@@ -332,10 +333,10 @@ func settlements(t *testing.T, db *log.DB, key log.Key) map[string][]log.Settlem
 				t.Fatal(err)
 			}
 			for _, rec := range recs {
-				if rec.Kind != log.KindEntry || rec.Entry.Type != log.EntrySettlement {
+				if rec.Kind != record.KindEntry || rec.Entry.Type != record.EntrySettlement {
 					continue
 				}
-				var st log.Settlement
+				var st record.Settlement
 				if err := json.Unmarshal(rec.Entry.Payload, &st); err != nil {
 					t.Fatal(err)
 				}
@@ -351,7 +352,7 @@ func settlements(t *testing.T, db *log.DB, key log.Key) map[string][]log.Settlem
 
 // settledOnce asserts that id has exactly one settlement in m, with
 // outcome and (if not "") error code.
-func settledOnce(t *testing.T, m map[string][]log.Settlement, id string, outcome log.Outcome, code string) {
+func settledOnce(t *testing.T, m map[string][]record.Settlement, id string, outcome record.Outcome, code string) {
 	t.Helper()
 	sts := m[id]
 	if len(sts) != 1 {

@@ -9,6 +9,7 @@ import (
 	"go.uber.org/goleak"
 
 	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -109,8 +110,8 @@ func TestLogWithoutStore(t *testing.T) {
 		t.Fatalf("never-written log refused: %v", err)
 	}
 	db, _ = clog.Open(filepath.Join(dir, LogFile), nil)
-	if _, err := db.Append(t.Context(), clog.Key{Agent: "a", Instance: "i", Session: "s"},
-		clog.EntryRecord(clog.Entry{Type: clog.EntryUserMessage, Payload: []byte(`{"parts":[]}`)})); err != nil {
+	if _, err := db.Append(t.Context(), record.Key{Agent: "a", Instance: "i", Session: "s"},
+		record.EntryRecord(record.Entry{Type: record.EntryUserMessage, Payload: []byte(`{"parts":[]}`)})); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 )
 
 const namespace = "convlog"
@@ -92,7 +93,7 @@ func (m *Metrics) Committed(writes int, total, sync time.Duration) {
 }
 
 // TurnEnded implements pool.Observer.
-func (m *Metrics) TurnEnded(agent string, outcome clog.Outcome, d time.Duration) {
+func (m *Metrics) TurnEnded(agent string, outcome record.Outcome, d time.Duration) {
 	m.turnTime.WithLabelValues(agent, string(outcome)).Observe(d.Seconds())
 }
 

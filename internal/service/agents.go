@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/convlog/convlog/internal/config"
-	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/projection"
 	"github.com/convlog/convlog/worker"
 	"github.com/convlog/convlog/worker/execagent"
@@ -22,7 +22,7 @@ import (
 // their conversation's history from: the *log.DB, or a remote worker's
 // log client (worker/remote).
 type LogReader interface {
-	Read(ctx context.Context, key clog.Key, offset clog.Offset, limit int) (clog.ReadResult, error)
+	Read(ctx context.Context, key record.Key, offset record.Offset, limit int) (record.ReadResult, error)
 }
 
 // RegisterAgents registers in agents the agents of the config file f (nil
@@ -113,9 +113,9 @@ func (h logHistory) Messages(ctx context.Context, scope worker.Scope) ([]project
 	if !ok {
 		return nil, fmt.Errorf("scope %q: not a session of %s/%s", scope.Session, scope.Agent, scope.Instance)
 	}
-	key := clog.Key{Agent: scope.Agent, Instance: scope.Instance, Session: session}
+	key := record.Key{Agent: scope.Agent, Instance: scope.Instance, Session: session}
 	p := projection.NewProjector()
-	off, n := clog.Start, 0
+	off, n := record.Start, 0
 	for {
 		res, err := h.db.Read(ctx, key, off, 1000)
 		if err != nil {

@@ -15,10 +15,10 @@ import (
 	"github.com/convlog/convlog/internal/check"
 	"github.com/convlog/convlog/internal/config"
 	"github.com/convlog/convlog/internal/servicetest"
-	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/projection"
-	"github.com/convlog/convlog/transport"
 	"github.com/convlog/convlog/transport/client"
+	"github.com/convlog/convlog/transport/wire"
 	"github.com/convlog/convlog/worker/agenttest"
 	"github.com/convlog/convlog/worker/openaiagent/fakeopenai"
 )
@@ -33,18 +33,18 @@ func withConfig(t testing.TB, yaml string) func(*Config) {
 	return func(cfg *Config) { cfg.Agents = f }
 }
 
-func viewOf(t testing.TB, c *client.Client, agent, instance, session string, last transport.Accepted) projection.View {
+func viewOf(t testing.TB, c *client.Client, agent, instance, session string, last wire.Accepted) projection.View {
 	t.Helper()
-	return projection.Project(servicetest.ReadUntilSettled(t, c, agent, instance, session, clog.Start, last.SubmissionID))
+	return projection.Project(servicetest.ReadUntilSettled(t, c, agent, instance, session, record.Start, last.SubmissionID))
 }
 
-func settlement(v projection.View, id string) clog.Settlement {
+func settlement(v projection.View, id string) record.Settlement {
 	for _, s := range v.Settlements {
 		if s.SubmissionID == id {
 			return s
 		}
 	}
-	return clog.Settlement{}
+	return record.Settlement{}
 }
 
 // The openai kind over HTTP against a server speaking the real wire
@@ -87,7 +87,7 @@ func TestOpenAIAgentEndToEnd(t *testing.T) {
 `, model.BaseURL(), tool.URL)))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	sr, err := c.Stream(ctx, "support", "u1", "s", clog.Start)
+	sr, err := c.Stream(ctx, "support", "u1", "s", record.Start)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +126,7 @@ func TestOpenAIAgentEndToEnd(t *testing.T) {
 		t.Fatalf("toolcall deltas %q, args %q", argsDeltas.String(), fullArgs)
 	}
 	v := viewOf(t, c, "support", "u1", "s", acc)
-	if s := settlement(v, acc.SubmissionID); s.Outcome != clog.OutcomeCompleted {
+	if s := settlement(v, acc.SubmissionID); s.Outcome != record.OutcomeCompleted {
 		t.Fatalf("settlement %+v", s)
 	}
 	var toolPart *projection.Part
@@ -165,7 +165,7 @@ func TestOpenAIAbortClosesUpstream(t *testing.T) {
 	_, c := testService(t, withConfig(t, fmt.Sprintf("agents:\n  - name: m\n    kind: openai\n    baseURL: %s\n    model: x\n", model.BaseURL())))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	sr, err := c.Stream(ctx, "m", "i", "s", clog.Start)
+	sr, err := c.Stream(ctx, "m", "i", "s", record.Start)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func TestOpenAIAbortClosesUpstream(t *testing.T) {
 			seen.WriteString(d.Delta)
 		}
 	}
-	if s, err := c.Submission(context.Background(), "m", "i", acc.SubmissionID, 0); err != nil || s.Status != clog.StatusRunning {
+	if s, err := c.Submission(context.Background(), "m", "i", acc.SubmissionID, 0); err != nil || s.Status != record.StatusRunning {
 		t.Fatalf("%+v %v", s, err)
 	}
 	start := time.Now()
@@ -210,7 +210,7 @@ func TestOpenAIAbortClosesUpstream(t *testing.T) {
 	if took > 100*time.Millisecond {
 		t.Errorf("upstream closed %v after the abort: want within 100ms", took)
 	}
-	if sub.Status != clog.StatusAborted {
+	if sub.Status != record.StatusAborted {
 		t.Fatalf("%+v", sub)
 	}
 	v := viewOf(t, c, "m", "i", "s", acc)
@@ -238,7 +238,7 @@ func TestPythonAgentHTTPAndExec(t *testing.T) {
 		t.Run(agent, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			sr, err := c.Stream(ctx, agent, "i", "s", clog.Start)
+			sr, err := c.Stream(ctx, agent, "i", "s", record.Start)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -258,7 +258,7 @@ func TestPythonAgentHTTPAndExec(t *testing.T) {
 				t.Error("the unknown x-progress event did not reach the live reader")
 			}
 			v := viewOf(t, c, agent, "i", "s", acc)
-			if s := settlement(v, acc.SubmissionID); s.Outcome != clog.OutcomeCompleted {
+			if s := settlement(v, acc.SubmissionID); s.Outcome != record.OutcomeCompleted {
 				t.Fatalf("settlement %+v", s)
 			}
 			var texts []string
@@ -280,7 +280,7 @@ func TestPythonAgentHTTPAndExec(t *testing.T) {
 				t.Fatalf("tool %+v", tool)
 			}
 			fail := servicetest.Deliver(t, c, agent, "i", "s", "fail please")
-			if s := settlement(viewOf(t, c, agent, "i", "s", fail), fail.SubmissionID); s.Outcome != clog.OutcomeFailed || s.Error.Code != "asked_to_fail" {
+			if s := settlement(viewOf(t, c, agent, "i", "s", fail), fail.SubmissionID); s.Outcome != record.OutcomeFailed || s.Error.Code != "asked_to_fail" {
 				t.Fatalf("%+v", s)
 			}
 		})
@@ -368,12 +368,12 @@ func TestOpenAIPromptFollowsTheActivePath(t *testing.T) {
 	settle := func(id string) {
 		t.Helper()
 		check.For(t, time.Minute, 10*time.Millisecond, func() error {
-			var s clog.Submission
+			var s record.Submission
 			r.must(200, "GET", "/agents/support/u1/submissions/"+id+"?wait=5s", "", &s)
-			if s.Status.Terminal() && s.Status != clog.StatusCompleted {
+			if s.Status.Terminal() && s.Status != record.StatusCompleted {
 				t.Fatalf("submission %+v", s)
 			}
-			if s.Status != clog.StatusCompleted {
+			if s.Status != record.StatusCompleted {
 				return fmt.Errorf("submission %+v", s)
 			}
 			return nil

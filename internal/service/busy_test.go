@@ -8,10 +8,10 @@ import (
 
 	"github.com/convlog/convlog/internal/check"
 	"github.com/convlog/convlog/internal/servicetest"
-	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/projection"
-	"github.com/convlog/convlog/transport"
 	"github.com/convlog/convlog/transport/client"
+	"github.com/convlog/convlog/transport/wire"
 )
 
 const busyAgents = `agents:
@@ -27,10 +27,10 @@ const busyAgents = `agents:
 // threeQuickPOSTs delivers three messages to one session while the first
 // is still running (it sleeps first, an echo command), and returns what
 // each POST got.
-func threeQuickPOSTs(t *testing.T, c *client.Client, agent string) (accs []transport.Accepted, errs []error) {
+func threeQuickPOSTs(t *testing.T, c *client.Client, agent string) (accs []wire.Accepted, errs []error) {
 	t.Helper()
 	for i, text := range []string{"/sleep 1s\nfirst", "/sleep 1s\nsecond", "third"} {
-		acc, err := c.Deliver(context.Background(), agent, "i", transport.DeliverRequest{Message: transport.Message{Kind: "user", Body: text}, Session: "s"}, "")
+		acc, err := c.Deliver(context.Background(), agent, "i", wire.DeliverRequest{Message: wire.Message{Kind: "user", Body: text}, Session: "s"}, "")
 		accs, errs = append(accs, acc), append(errs, err)
 		if i == 0 && err == nil {
 			waitRunning(t, c, agent, acc.SubmissionID)
@@ -49,7 +49,7 @@ func waitRunning(t *testing.T, c *client.Client, agent, id string) {
 		if s.Status.Terminal() {
 			t.Fatalf("never running: %+v", s)
 		}
-		if s.Status != clog.StatusRunning {
+		if s.Status != record.StatusRunning {
 			return fmt.Errorf("never running: %+v", s)
 		}
 		return nil
@@ -57,12 +57,12 @@ func waitRunning(t *testing.T, c *client.Client, agent, id string) {
 }
 
 // settled waits for every submission and returns the conversation's view.
-func settled(t *testing.T, c *client.Client, agent string, accs ...transport.Accepted) projection.View {
+func settled(t *testing.T, c *client.Client, agent string, accs ...wire.Accepted) projection.View {
 	t.Helper()
-	var recs []clog.Record
+	var recs []record.Record
 	for _, a := range accs {
 		if a.SubmissionID != "" {
-			recs = servicetest.ReadUntilSettled(t, c, agent, "i", "s", clog.Start, a.SubmissionID)
+			recs = servicetest.ReadUntilSettled(t, c, agent, "i", "s", record.Start, a.SubmissionID)
 		}
 	}
 	return projection.Project(recs)
@@ -94,7 +94,7 @@ func TestBusyPolicies(t *testing.T) {
 			}
 			v := settled(t, c, agent, accs...)
 			s1, s2, s3 := settlement(v, accs[0].SubmissionID), settlement(v, accs[1].SubmissionID), settlement(v, accs[2].SubmissionID)
-			if s1.Outcome != clog.OutcomeCompleted || s1.AnsweredBySubmissionID != "" || s2.AnsweredBySubmissionID != "" || s3.AnsweredBySubmissionID != accs[1].SubmissionID || s3.Outcome != clog.OutcomeCompleted {
+			if s1.Outcome != record.OutcomeCompleted || s1.AnsweredBySubmissionID != "" || s2.AnsweredBySubmissionID != "" || s3.AnsweredBySubmissionID != accs[1].SubmissionID || s3.Outcome != record.OutcomeCompleted {
 				t.Fatalf("settlements %+v", v.Settlements)
 			}
 			r := replies(v)
@@ -114,7 +114,7 @@ func TestBusyPolicies(t *testing.T) {
 		r := replies(v)
 		for i, want := range []string{"first", "second", "third"} {
 			s := settlement(v, accs[i].SubmissionID)
-			if s.Outcome != clog.OutcomeCompleted || s.AnsweredBySubmissionID != "" || r[accs[i].SubmissionID] != want {
+			if s.Outcome != record.OutcomeCompleted || s.AnsweredBySubmissionID != "" || r[accs[i].SubmissionID] != want {
 				t.Fatalf("submission %d: %+v, reply %q", i, s, r[accs[i].SubmissionID])
 			}
 			if v.Settlements[i].SubmissionID != accs[i].SubmissionID {
@@ -124,11 +124,11 @@ func TestBusyPolicies(t *testing.T) {
 	})
 	t.Run("reject", func(t *testing.T) {
 		accs, errs := threeQuickPOSTs(t, c, "rejecter")
-		if errs[0] != nil || !client.IsCode(errs[1], transport.CodeSessionBusy) || !client.IsCode(errs[2], transport.CodeSessionBusy) {
+		if errs[0] != nil || !client.IsCode(errs[1], wire.CodeSessionBusy) || !client.IsCode(errs[2], wire.CodeSessionBusy) {
 			t.Fatalf("%v", errs)
 		}
 		v := settled(t, c, "rejecter", accs[0])
-		if len(v.Settlements) != 1 || settlement(v, accs[0].SubmissionID).Outcome != clog.OutcomeCompleted || len(v.Messages) != 2 {
+		if len(v.Settlements) != 1 || settlement(v, accs[0].SubmissionID).Outcome != record.OutcomeCompleted || len(v.Messages) != 2 {
 			t.Fatalf("%+v", v)
 		}
 	})
@@ -140,7 +140,7 @@ func TestBusyPolicies(t *testing.T) {
 			}
 		}
 		v := settled(t, c, "interrupter", accs...)
-		for i, want := range []clog.Outcome{clog.OutcomeAborted, clog.OutcomeAborted, clog.OutcomeCompleted} {
+		for i, want := range []record.Outcome{record.OutcomeAborted, record.OutcomeAborted, record.OutcomeCompleted} {
 			if s := settlement(v, accs[i].SubmissionID); s.Outcome != want || s.AnsweredBySubmissionID != "" {
 				t.Fatalf("submission %d: %+v (all %+v)", i, s, v.Settlements)
 			}
@@ -152,7 +152,7 @@ func TestBusyPolicies(t *testing.T) {
 	t.Run("timeout", func(t *testing.T) {
 		acc := servicetest.Deliver(t, c, "slowpoke", "i", "s", "/sleep 30s\nlate")
 		s := settlement(settled(t, c, "slowpoke", acc), acc.SubmissionID)
-		if s.Outcome != clog.OutcomeFailed || s.Error == nil || s.Error.Code != "deadline_exceeded" {
+		if s.Outcome != record.OutcomeFailed || s.Error == nil || s.Error.Code != "deadline_exceeded" {
 			t.Fatalf("%+v", s)
 		}
 	})
@@ -163,12 +163,12 @@ func TestBusyPolicies(t *testing.T) {
 				t.Fatalf("turn %d: %+v %v", i, s, err)
 			}
 		}
-		_, err := c.Deliver(context.Background(), "limited", "i", transport.DeliverRequest{Message: transport.Message{Kind: "user", Body: "one more"}, Session: "s"}, "")
-		if !client.IsCode(err, transport.CodeTurnLimitReached) {
+		_, err := c.Deliver(context.Background(), "limited", "i", wire.DeliverRequest{Message: wire.Message{Kind: "user", Body: "one more"}, Session: "s"}, "")
+		if !client.IsCode(err, wire.CodeTurnLimitReached) {
 			t.Fatalf("third delivery: %v", err)
 		}
-		var apiErr *transport.APIError
-		if e, ok := err.(*transport.APIError); ok {
+		var apiErr *wire.APIError
+		if e, ok := err.(*wire.APIError); ok {
 			apiErr = e
 		}
 		if apiErr == nil || apiErr.Status != 409 {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/convlog/convlog/internal/servicetest"
-	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/transport/client"
 )
 
@@ -55,7 +55,7 @@ func TestConversationSurvivesRestart(t *testing.T) {
 			continue
 		case 1:
 			s := st.Settlements[0]
-			if s.SubmissionID != acc.SubmissionID || s.Outcome != clog.OutcomeFailed || s.Error == nil || s.Error.Code != "interrupted" {
+			if s.SubmissionID != acc.SubmissionID || s.Outcome != record.OutcomeFailed || s.Error == nil || s.Error.Code != "interrupted" {
 				t.Fatalf("after the restart: settlements %+v", st.Settlements)
 			}
 			if second == "" {
@@ -76,7 +76,7 @@ func TestConversationSurvivesRestart(t *testing.T) {
 				users++
 			}
 		}
-		if s := st.Settlements[1]; users != 2 || s.SubmissionID != second || s.Outcome != clog.OutcomeCompleted {
+		if s := st.Settlements[1]; users != 2 || s.SubmissionID != second || s.Outcome != record.OutcomeCompleted {
 			t.Fatalf("%d user messages, settlements %+v", users, st.Settlements)
 		}
 		break

@@ -26,7 +26,7 @@ import (
 
 	"github.com/convlog/convlog/internal/config"
 	"github.com/convlog/convlog/internal/servicetest"
-	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/worker/natsbus"
 	"github.com/convlog/convlog/worker/pool"
 	"github.com/convlog/convlog/worker/remote"
@@ -175,7 +175,7 @@ func (k ckey) q() string      { return "?session=" + url.QueryEscape(k.session) 
 type csub struct {
 	key    ckey
 	id     string
-	offset clog.Offset
+	offset record.Offset
 	asked  time.Time
 }
 
@@ -228,21 +228,21 @@ func (s *cstate) changed(k ckey) {
 	s.changes = append(s.changes, cchange{k, time.Now()})
 }
 
-func (s *cstate) status(ctx context.Context, sub *csub, wait string) (clog.Submission, error) {
+func (s *cstate) status(ctx context.Context, sub *csub, wait string) (record.Submission, error) {
 	p := sub.key.path() + "/submissions/" + sub.id
 	if wait != "" {
 		p += "?wait=" + wait
 	}
 	code, b, err := s.c.do(ctx, "GET", p, "")
 	if err != nil {
-		return clog.Submission{}, &lostError{err}
+		return record.Submission{}, &lostError{err}
 	}
 	if code != 200 {
-		return clog.Submission{}, fmt.Errorf("status of %s: %d %s", sub.id, code, b)
+		return record.Submission{}, fmt.Errorf("status of %s: %d %s", sub.id, code, b)
 	}
-	var st clog.Submission
+	var st record.Submission
 	if err := json.Unmarshal(b, &st); err != nil {
-		return clog.Submission{}, fmt.Errorf("status of %s: %w in %s", sub.id, err, b)
+		return record.Submission{}, fmt.Errorf("status of %s: %w in %s", sub.id, err, b)
 	}
 	return st, nil
 }
@@ -278,7 +278,7 @@ func (s *cstate) poll(sub *csub) {
 		if !st.Status.Terminal() {
 			continue
 		}
-		if st.Status == clog.StatusCompleted {
+		if st.Status == record.StatusCompleted {
 			s.readable(ctx, sub, st)
 		}
 		return
@@ -289,10 +289,10 @@ func (s *cstate) poll(sub *csub) {
 // readable reads the submission's stream from its offset, right after its
 // status said completed: unless a reset gave the stream a new incarnation
 // since, its reply and its settlement must be there.
-func (s *cstate) readable(ctx context.Context, sub *csub, st clog.Submission) {
+func (s *cstate) readable(ctx context.Context, sub *csub, st record.Submission) {
 	off := sub.offset
-	var recs []clog.Record
-	var inc clog.Incarnation
+	var recs []record.Record
+	var inc record.Incarnation
 	for first := true; ; first = false {
 		code, b, err := s.c.do(ctx, "GET", sub.key.path()+"/conversation"+sub.key.q()+"&offset="+string(off), "")
 		if err != nil {
@@ -328,20 +328,20 @@ func (s *cstate) readable(ctx context.Context, sub *csub, st clog.Submission) {
 			break
 		}
 	}
-	if len(recs) == 0 || recs[0].Kind != clog.KindEntry || recs[0].Entry.Type != clog.EntryUserMessage || recs[0].Entry.SubmissionID != sub.id {
+	if len(recs) == 0 || recs[0].Kind != record.KindEntry || recs[0].Entry.Type != record.EntryUserMessage || recs[0].Entry.SubmissionID != sub.id {
 		return // another incarnation (a reset, or a delete and a new generation) has this offset now
 	}
 	settled, replied := false, false
 	for _, r := range recs {
-		if r.Kind != clog.KindEntry {
+		if r.Kind != record.KindEntry {
 			continue
 		}
 		switch r.Entry.Type {
-		case clog.EntrySettlement:
+		case record.EntrySettlement:
 			if settlementOf(r).SubmissionID == sub.id {
 				settled = true
 			}
-		case clog.EntryAssistantMessage:
+		case record.EntryAssistantMessage:
 			replied = replied || r.Entry.TurnID == st.TurnID
 		}
 	}
@@ -355,8 +355,8 @@ func (s *cstate) readable(ctx context.Context, sub *csub, st clog.Submission) {
 // readChecks counts the reads made on a first `completed`, for the log.
 var readChecks atomic.Int64
 
-func settlementOf(r clog.Record) clog.Settlement {
-	var st clog.Settlement
+func settlementOf(r record.Record) record.Settlement {
+	var st record.Settlement
 	_ = json.Unmarshal(r.Entry.Payload, &st)
 	return st
 }
@@ -368,17 +368,17 @@ type histReader struct {
 	key ckey
 
 	mu       sync.Mutex
-	inc      clog.Incarnation
+	inc      record.Incarnation
 	lastID   string
-	cur      []clog.Record                      // of inc
-	seen     map[clog.Incarnation][]clog.Record // every incarnation, as far as seen
+	cur      []record.Record                        // of inc
+	seen     map[record.Incarnation][]record.Record // every incarnation, as far as seen
 	failures []string
 	done     chan struct{}
 }
 
 func followHist(t *testing.T, c cclient, k ckey) *histReader {
 	ctx, cancel := context.WithCancel(context.Background())
-	h := &histReader{key: k, seen: map[clog.Incarnation][]clog.Record{}, done: make(chan struct{})}
+	h := &histReader{key: k, seen: map[record.Incarnation][]record.Record{}, done: make(chan struct{})}
 	connected := make(chan error, 1)
 	go func() {
 		defer close(h.done)
@@ -441,11 +441,11 @@ func (h *histReader) session(ctx context.Context, c cclient, first bool, connect
 
 func (h *histReader) frame(id string, data []byte, fresh *bool) (ended bool) {
 	var f struct {
-		Type        string           `json:"type"`
-		Incarnation clog.Incarnation `json:"incarnation"`
-		Records     []clog.Record    `json:"records"`
-		Code        string           `json:"code"`
-		Message     string           `json:"message"`
+		Type        string             `json:"type"`
+		Incarnation record.Incarnation `json:"incarnation"`
+		Records     []record.Record    `json:"records"`
+		Code        string             `json:"code"`
+		Message     string             `json:"message"`
 	}
 	if err := json.Unmarshal(data, &f); err != nil {
 		h.fail("frame %s: %v", data, err)
@@ -480,11 +480,11 @@ func (h *histReader) frame(id string, data []byte, fresh *bool) (ended bool) {
 }
 
 // freshRead reads a conversation whole from "0", in one incarnation.
-func freshRead(ctx context.Context, c cclient, k ckey) (page, []clog.Record, error) {
+func freshRead(ctx context.Context, c cclient, k ckey) (page, []record.Record, error) {
 	{
-		off := clog.Start
-		var recs []clog.Record
-		var inc clog.Incarnation
+		off := record.Start
+		var recs []record.Record
+		var inc record.Incarnation
 		for {
 			code, b, err := c.do(ctx, "GET", k.path()+"/conversation"+k.q()+"&offset="+string(off), "")
 			if err != nil {
@@ -497,7 +497,7 @@ func freshRead(ctx context.Context, c cclient, k ckey) (page, []clog.Record, err
 			if err := json.Unmarshal(b, &p); err != nil {
 				return page{}, nil, fmt.Errorf("read %s: %w", k, err)
 			}
-			if off != clog.Start && p.Incarnation != inc {
+			if off != record.Start && p.Incarnation != inc {
 				return page{}, nil, fmt.Errorf("read %s: the incarnation changed at quiescence (%s, then %s)", k, inc, p.Incarnation)
 			}
 			inc = p.Incarnation
@@ -652,8 +652,8 @@ func drawOp(rt *rapid.T, st *cstate, keys []ckey, forks *int, prefix string, run
 				return
 			}
 			if code == 200 {
-				var s clog.Submission
-				if json.Unmarshal(b, &s) != nil || s.Status != clog.StatusAborted {
+				var s record.Submission
+				if json.Unmarshal(b, &s) != nil || s.Status != record.StatusAborted {
 					st.violate("abort %s %s: 200 but %s", k, id, b)
 				}
 				return
@@ -748,7 +748,7 @@ func checkConcurrent(rt *rapid.T, st *cstate, readers map[ckey]*histReader, keys
 	if len(violations) > 0 {
 		rt.Fatalf("batch %d:\n%s", batch, strings.Join(violations, "\n"))
 	}
-	fresh := map[ckey][]clog.Record{}
+	fresh := map[ckey][]record.Record{}
 	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
 	for _, k := range keys {
 		p, recs, err := freshRead(ctx, st.c, k)
@@ -764,7 +764,7 @@ func checkConcurrent(rt *rapid.T, st *cstate, readers map[ckey]*histReader, keys
 			defer h.mu.Unlock()
 			last := h.lastID
 			if last == "" {
-				last = string(clog.Start)
+				last = string(record.Start)
 			}
 			return h.inc == p.Incarnation && last == next
 		}
@@ -805,15 +805,15 @@ func checkConcurrent(rt *rapid.T, st *cstate, readers map[ckey]*histReader, keys
 		}
 		// Its settlements in the stream of its conversation now, and in
 		// every incarnation its reader saw.
-		count := func(recs []clog.Record) (user bool, settled []clog.Settlement) {
+		count := func(recs []record.Record) (user bool, settled []record.Settlement) {
 			for _, r := range recs {
-				if r.Kind != clog.KindEntry {
+				if r.Kind != record.KindEntry {
 					continue
 				}
-				if r.Entry.Type == clog.EntryUserMessage && r.Entry.SubmissionID == sub.id {
+				if r.Entry.Type == record.EntryUserMessage && r.Entry.SubmissionID == sub.id {
 					user = true
 				}
-				if r.Entry.Type == clog.EntrySettlement {
+				if r.Entry.Type == record.EntrySettlement {
 					if x := settlementOf(r); x.SubmissionID == sub.id {
 						settled = append(settled, x)
 					}
@@ -824,7 +824,7 @@ func checkConcurrent(rt *rapid.T, st *cstate, readers map[ckey]*histReader, keys
 		user, now := count(fresh[sub.key])
 		h := readers[sub.key]
 		h.mu.Lock()
-		var ever []clog.Settlement
+		var ever []record.Settlement
 		for inc, recs := range h.seen {
 			_, in := count(recs)
 			if len(in) > 1 {
@@ -843,7 +843,7 @@ func checkConcurrent(rt *rapid.T, st *cstate, readers map[ckey]*histReader, keys
 				removed = true
 			}
 		}
-		var settlement *clog.Settlement
+		var settlement *record.Settlement
 		switch {
 		case len(now) > 1:
 			rt.Fatalf("batch %d: %s %s settled %d times: %+v", batch, sub.key, sub.id, len(now), now)

@@ -1,7 +1,7 @@
 package service
 
 import (
-	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/transport"
 	"github.com/convlog/convlog/worker/natsbus"
 )
@@ -10,6 +10,6 @@ import (
 // consumes; neither package knows the other.
 type deltaSource struct{ bus *natsbus.DeltaBus }
 
-func (d deltaSource) FollowDeltas(key clog.Key) (transport.DeltaCursor, error) {
+func (d deltaSource) FollowDeltas(key record.Key) (transport.DeltaCursor, error) {
 	return d.bus.FollowDeltas(key)
 }

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -11,17 +12,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/convlog/convlog/internal/check"
 	"github.com/convlog/convlog/internal/servicetest"
-	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/projection"
-	"github.com/convlog/convlog/transport"
 	"github.com/convlog/convlog/transport/client"
+	"github.com/convlog/convlog/transport/wire"
 )
 
 func TestPostThenReadFromOffset(t *testing.T) {
 	_, c := testService(t, nil)
 	acc := servicetest.Deliver(t, c, "echo", "inst-1", "", "hello durable world")
-	if acc.SubmissionID == "" || acc.Offset != clog.Start ||
+	if acc.SubmissionID == "" || acc.Offset != record.Start ||
 		acc.UpdatesURL != "/agents/echo/inst-1/stream?session=default&offset=0" {
 		t.Fatalf("accepted %+v", acc)
 	}
@@ -33,14 +35,14 @@ func TestPostThenReadFromOffset(t *testing.T) {
 	if got := view.Messages[1].Parts[0].Text; got != "hello durable world" {
 		t.Fatalf("reply %q", got)
 	}
-	if len(view.Settlements) != 1 || view.Settlements[0].Outcome != clog.OutcomeCompleted {
+	if len(view.Settlements) != 1 || view.Settlements[0].Outcome != record.OutcomeCompleted {
 		t.Fatalf("settlements %+v", view.Settlements)
 	}
 	// A second delivery's offset is where the first conversation ended:
 	// reading from it yields the new message first.
 	acc2 := servicetest.Deliver(t, c, "echo", "inst-1", "", "again")
 	recs2 := servicetest.ReadUntilSettled(t, c, "echo", "inst-1", "default", acc2.Offset, acc2.SubmissionID)
-	if recs2[0].Entry.Type != clog.EntryUserMessage || recs2[0].Entry.SubmissionID != acc2.SubmissionID {
+	if recs2[0].Entry.Type != record.EntryUserMessage || recs2[0].Entry.SubmissionID != acc2.SubmissionID {
 		t.Fatalf("first record from offset %s: %+v", acc2.Offset, recs2[0].Entry)
 	}
 }
@@ -55,7 +57,7 @@ func collectSSE(t testing.TB, sr *client.StreamReader, subID string) (frames []c
 		}
 		frames = append(frames, f)
 		for _, r := range f.Records {
-			if r.Kind == clog.KindEntry && r.Entry.Type == clog.EntrySettlement && r.Entry.SubmissionID == subID {
+			if r.Kind == record.KindEntry && r.Entry.Type == record.EntrySettlement && r.Entry.SubmissionID == subID {
 				return frames
 			}
 		}
@@ -66,12 +68,12 @@ func TestSSEReplaysShowsDeltasAndTails(t *testing.T) {
 	_, c := testService(t, func(cfg *Config) { cfg.EchoDelay = 5 * time.Millisecond })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	sr, err := c.Stream(ctx, "echo", "i", "s", clog.Start)
+	sr, err := c.Stream(ctx, "echo", "i", "s", record.Start)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sr.Close()
-	acc, err := c.Deliver(ctx, "echo", "i", transport.DeliverRequest{Message: transport.Message{Kind: "user", Body: "one two three four"}, Session: "s"}, "")
+	acc, err := c.Deliver(ctx, "echo", "i", wire.DeliverRequest{Message: wire.Message{Kind: "user", Body: "one two three four"}, Session: "s"}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +97,7 @@ func TestSSEReplaysShowsDeltasAndTails(t *testing.T) {
 				t.Fatalf("conversation frame id %q, next offset %q", f.ID, f.NextOffset)
 			}
 			for _, r := range f.Records {
-				if r.Entry != nil && r.Entry.Type == clog.EntryAssistantMessage {
+				if r.Entry != nil && r.Entry.Type == record.EntryAssistantMessage {
 					sawReply = true
 				}
 			}
@@ -131,7 +133,7 @@ func TestSSEResumeWithLastEventID(t *testing.T) {
 	}
 	// The whole conversation, as batches, by polling.
 	var want []string
-	off := clog.Start
+	off := record.Start
 	for {
 		res, err := c.Read(ctx, "echo", "i", "s", off, 0)
 		if err != nil {
@@ -148,7 +150,7 @@ func TestSSEResumeWithLastEventID(t *testing.T) {
 	// Read part of it over SSE, drop the connection, resume from the last
 	// event id, finish: every batch exactly once, in order.
 	var got []string
-	sr, err := c.Stream(ctx, "echo", "i", "s", clog.Start)
+	sr, err := c.Stream(ctx, "echo", "i", "s", record.Start)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +167,7 @@ func TestSSEResumeWithLastEventID(t *testing.T) {
 	sr.Close()
 	more := servicetest.Deliver(t, c, "echo", "i", "s", "after the drop")
 	servicetest.ReadUntilSettled(t, c, "echo", "i", "s", more.Offset, more.SubmissionID)
-	res, _ := c.Read(ctx, "echo", "i", "s", clog.Offset(want[len(want)-1]), 0)
+	res, _ := c.Read(ctx, "echo", "i", "s", record.Offset(want[len(want)-1]), 0)
 	for _, b := range res.Batches[1:] {
 		want = append(want, string(b.Offset))
 	}
@@ -198,11 +200,11 @@ func TestFiftySessionsInParallel(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			session := fmt.Sprint("s", s)
-			var last transport.Accepted
+			var last wire.Accepted
 			var sent []string
 			for i := range turns {
 				text := fmt.Sprintf("session %d message %d", s, i)
-				acc, err := c.Deliver(context.Background(), "echo", "par", transport.DeliverRequest{Message: transport.Message{Kind: "user", Body: text}, Session: session}, "")
+				acc, err := c.Deliver(context.Background(), "echo", "par", wire.DeliverRequest{Message: wire.Message{Kind: "user", Body: text}, Session: session}, "")
 				if err != nil {
 					errs <- err
 					return
@@ -213,7 +215,7 @@ func TestFiftySessionsInParallel(t *testing.T) {
 				errs <- err
 				return
 			}
-			recs := servicetest.ReadUntilSettled(t, c, "echo", "par", session, clog.Start, last.SubmissionID)
+			recs := servicetest.ReadUntilSettled(t, c, "echo", "par", session, record.Start, last.SubmissionID)
 			view := projection.Project(recs)
 			// Every message answered; every answer echoes only this
 			// session's messages, in the order they were sent.
@@ -269,19 +271,19 @@ func TestSubmissionStatusAdmittedRunningCompleted(t *testing.T) {
 	waitDelta(first.SubmissionID)
 	second := servicetest.Deliver(t, c, "echo", "i", "s", "a b c d e f g h")
 	s, err := c.Submission(ctx, "echo", "i", second.SubmissionID, 0)
-	if err != nil || s.Status != clog.StatusAdmitted || s.Offset != second.Offset {
+	if err != nil || s.Status != record.StatusAdmitted || s.Offset != second.Offset {
 		t.Fatalf("second while first runs: %+v %v", s, err)
 	}
 	// When its first delta streams, it is running.
 	waitDelta(second.SubmissionID)
-	if s, _ := c.Submission(ctx, "echo", "i", second.SubmissionID, 0); s.Status != clog.StatusRunning {
+	if s, _ := c.Submission(ctx, "echo", "i", second.SubmissionID, 0); s.Status != record.StatusRunning {
 		t.Fatalf("while streaming: %+v", s)
 	}
 	s, err = c.Submission(ctx, "echo", "i", second.SubmissionID, 20*time.Second)
-	if err != nil || s.Status != clog.StatusCompleted {
+	if err != nil || s.Status != record.StatusCompleted {
 		t.Fatalf("after wait: %+v %v", s, err)
 	}
-	if s, _ := c.Submission(ctx, "echo", "i", first.SubmissionID, 0); s.Status != clog.StatusCompleted {
+	if s, _ := c.Submission(ctx, "echo", "i", first.SubmissionID, 0); s.Status != record.StatusCompleted {
 		t.Fatalf("first: %+v", s)
 	}
 }
@@ -332,19 +334,19 @@ func TestAbortOverHTTP(t *testing.T) {
 	// Delivered once the first runs, so that it waits for the next turn.
 	queued := servicetest.Deliver(t, c, "echo", "i", "s", "never runs")
 	s, err := c.Abort(ctx, "echo", "i", queued.SubmissionID)
-	if err != nil || s.Status != clog.StatusAborted {
+	if err != nil || s.Status != record.StatusAborted {
 		t.Fatalf("abort queued: %+v %v", s, err)
 	}
 	start := time.Now()
 	s, err = c.Abort(ctx, "echo", "i", running.SubmissionID)
-	if err != nil || s.Status != clog.StatusAborted {
+	if err != nil || s.Status != record.StatusAborted {
 		t.Fatalf("abort running: %+v %v", s, err)
 	}
 	t.Logf("running turn aborted and settled in %v", time.Since(start))
-	if _, err := c.Abort(ctx, "echo", "i", running.SubmissionID); !client.IsCode(err, transport.CodeAlreadySettled) {
+	if _, err := c.Abort(ctx, "echo", "i", running.SubmissionID); !client.IsCode(err, wire.CodeAlreadySettled) {
 		t.Fatalf("abort settled: %v", err)
 	}
-	if _, err := c.Abort(ctx, "echo", "i", "sub_nope"); !client.IsCode(err, transport.CodeNotFound) {
+	if _, err := c.Abort(ctx, "echo", "i", "sub_nope"); !client.IsCode(err, wire.CodeNotFound) {
 		t.Fatalf("abort unknown: %v", err)
 	}
 	// The partial reply stays, the queued one never ran, each has one
@@ -367,11 +369,11 @@ func TestBusyPolicyReject(t *testing.T) {
 		cfg.BusyPolicies = map[string]string{"echo": "reject"}
 	})
 	first := servicetest.Deliver(t, c, "echo", "i", "s", "a b c d e f")
-	_, err := c.Deliver(context.Background(), "echo", "i", transport.DeliverRequest{Message: transport.Message{Kind: "user", Body: "too soon"}, Session: "s"}, "")
-	if !client.IsCode(err, transport.CodeSessionBusy) {
+	_, err := c.Deliver(context.Background(), "echo", "i", wire.DeliverRequest{Message: wire.Message{Kind: "user", Body: "too soon"}, Session: "s"}, "")
+	if !client.IsCode(err, wire.CodeSessionBusy) {
 		t.Fatalf("second delivery to a busy session: %v", err)
 	}
-	if s, err := c.Submission(context.Background(), "echo", "i", first.SubmissionID, 10*time.Second); err != nil || s.Status != clog.StatusCompleted {
+	if s, err := c.Submission(context.Background(), "echo", "i", first.SubmissionID, 10*time.Second); err != nil || s.Status != record.StatusCompleted {
 		t.Fatalf("%+v %v", s, err)
 	}
 	servicetest.Deliver(t, c, "echo", "i", "s", "idle again")
@@ -381,15 +383,26 @@ func TestBusyPolicyReject(t *testing.T) {
 // own commit (the session's runner holds it idle): one commit fewer before
 // the agent runs, and the same outcome.
 func TestNextMessageStartsInItsAdmission(t *testing.T) {
-	_, c := testService(t, nil)
+	// A linger no loaded machine outlasts between the runner going idle
+	// and the next delivery's admission.
+	svc, c := testService(t, func(cfg *Config) { cfg.Linger = time.Minute })
 	ctx := context.Background()
 	first := servicetest.Deliver(t, c, "echo", "i", "s", "one")
-	if s, err := c.Submission(ctx, "echo", "i", first.SubmissionID, 10*time.Second); err != nil || s.Status != clog.StatusCompleted {
+	if s, err := c.Submission(ctx, "echo", "i", first.SubmissionID, 10*time.Second); err != nil || s.Status != record.StatusCompleted {
 		t.Fatalf("first %+v %v", s, err)
 	}
+	// The settlement is readable before the runner goes idle: a delivery
+	// in between is admitted as usual and started by the runner.
+	key := record.Key{Agent: "echo", Instance: "i", Session: "s"}
+	check.For(t, time.Minute, time.Millisecond, func() error {
+		if !svc.pool.Idle(key) {
+			return errors.New("the session's runner is not idle")
+		}
+		return nil
+	})
 	second := servicetest.Deliver(t, c, "echo", "i", "s", "two")
 	s, err := c.Submission(ctx, "echo", "i", second.SubmissionID, 10*time.Second)
-	if err != nil || s.Status != clog.StatusCompleted {
+	if err != nil || s.Status != record.StatusCompleted {
 		t.Fatalf("second %+v %v", s, err)
 	}
 	if !s.StartedAt.Equal(s.AdmittedAt) {
@@ -403,7 +416,7 @@ func TestNextMessageStartsInItsAdmission(t *testing.T) {
 	// Aborted right after its 202: exactly one settlement, aborted.
 	third := servicetest.Deliver(t, c, "echo", "i", "s", strings.Repeat("w ", 50))
 	a, err := c.Abort(ctx, "echo", "i", third.SubmissionID)
-	if err != nil && !client.IsCode(err, transport.CodeAlreadySettled) {
+	if err != nil && !client.IsCode(err, wire.CodeAlreadySettled) {
 		t.Fatal(err)
 	}
 	if got, _ := c.Submission(ctx, "echo", "i", third.SubmissionID, 10*time.Second); !got.Status.Terminal() {
@@ -411,7 +424,7 @@ func TestNextMessageStartsInItsAdmission(t *testing.T) {
 	}
 	n := 0
 	for _, r := range servicetest.ReadUntilSettled(t, c, "echo", "i", "s", third.Offset, third.SubmissionID) {
-		if r.Entry != nil && r.Entry.Type == clog.EntrySettlement {
+		if r.Entry != nil && r.Entry.Type == record.EntrySettlement {
 			n++
 		}
 	}

@@ -15,9 +15,9 @@ import (
 
 	"github.com/convlog/convlog/internal/check"
 	"github.com/convlog/convlog/internal/servicetest"
-	clog "github.com/convlog/convlog/log"
-	"github.com/convlog/convlog/transport"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/transport/client"
+	"github.com/convlog/convlog/transport/wire"
 )
 
 // natsBroker is a nats-server process of the machine's binary, on a port
@@ -116,14 +116,14 @@ func TestBrokerOutage(t *testing.T) {
 	svc, c := testService(t, func(cfg *Config) { cfg.NATSURL = broker.url() })
 	ctx := context.Background()
 	first := servicetest.Deliver(t, c, "echo", "i", "s", "before the outage")
-	if s, err := c.Submission(ctx, "echo", "i", first.SubmissionID, 20*time.Second); err != nil || s.Status != clog.StatusCompleted {
+	if s, err := c.Submission(ctx, "echo", "i", first.SubmissionID, 20*time.Second); err != nil || s.Status != record.StatusCompleted {
 		t.Fatalf("before: %+v %v", s, err)
 	}
 	waitReady(t, svc.Addr(), http.StatusOK)
 
 	broker.kill()
 	waitReady(t, svc.Addr(), http.StatusServiceUnavailable)
-	var during []transport.Accepted
+	var during []wire.Accepted
 	for i := range 20 {
 		during = append(during, servicetest.Deliver(t, c, "echo", "i", fmt.Sprint("s", i%4), fmt.Sprint("during the outage ", i)))
 	}
@@ -131,7 +131,7 @@ func TestBrokerOutage(t *testing.T) {
 	waitReady(t, svc.Addr(), http.StatusOK)
 	for _, acc := range during {
 		s, err := c.Submission(ctx, "echo", "i", acc.SubmissionID, 60*time.Second)
-		if err != nil || s.Status != clog.StatusCompleted {
+		if err != nil || s.Status != record.StatusCompleted {
 			t.Fatalf("after the outage: %+v %v", s, err)
 		}
 	}
@@ -144,11 +144,11 @@ func TestGracefulStop(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		timeout time.Duration
-		want    clog.Status
+		want    record.Status
 		code    string
 	}{
-		{"turn finishes", 5 * time.Second, clog.StatusCompleted, ""},
-		{"turn interrupted", 50 * time.Millisecond, clog.StatusFailed, "interrupted"},
+		{"turn finishes", 5 * time.Second, record.StatusCompleted, ""},
+		{"turn interrupted", 50 * time.Millisecond, record.StatusFailed, "interrupted"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -184,8 +184,8 @@ func TestGracefulStop(t *testing.T) {
 			// Admission stops at once.
 			check.For(t, 30*time.Second, time.Millisecond, func() error {
 				_, err := c.Deliver(context.Background(), "echo", "i",
-					transport.DeliverRequest{Message: transport.Message{Kind: "user", Body: "late"}, Session: "s2"}, "")
-				if client.IsCode(err, transport.CodeShuttingDown) {
+					wire.DeliverRequest{Message: wire.Message{Kind: "user", Body: "late"}, Session: "s2"}, "")
+				if client.IsCode(err, wire.CodeShuttingDown) {
 					return nil
 				}
 				if err != nil && !strings.Contains(err.Error(), "connection refused") {
@@ -211,7 +211,7 @@ func TestGracefulStop(t *testing.T) {
 			recs := servicetest.ReadUntilSettled(t, c, "echo", "i", "s", acc.Offset, acc.SubmissionID)
 			n := 0
 			for _, r := range recs {
-				if r.Entry != nil && r.Entry.Type == clog.EntrySettlement {
+				if r.Entry != nil && r.Entry.Type == record.EntrySettlement {
 					n++
 				}
 			}

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/convlog/convlog/internal/check"
-	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/projection"
 )
 
@@ -91,10 +91,10 @@ func (r raw) errCode(status int, code, method, path, body string) map[string]any
 }
 
 type accepted struct {
-	SubmissionID string      `json:"submissionId"`
-	Offset       clog.Offset `json:"offset"`
-	UID          string      `json:"uid"`
-	UpdatesURL   string      `json:"updatesUrl"`
+	SubmissionID string        `json:"submissionId"`
+	Offset       record.Offset `json:"offset"`
+	UID          string        `json:"uid"`
+	UpdatesURL   string        `json:"updatesUrl"`
 }
 
 func (r raw) deliver(instance, session, text string) accepted {
@@ -106,11 +106,11 @@ func (r raw) deliver(instance, session, text string) accepted {
 }
 
 // settled long-polls a submission until it is terminal.
-func (r raw) settled(instance, id string) clog.Submission {
+func (r raw) settled(instance, id string) record.Submission {
 	r.t.Helper()
-	var s clog.Submission
+	var s record.Submission
 	check.For(r.t, time.Minute, 10*time.Millisecond, func() error {
-		s = clog.Submission{}
+		s = record.Submission{}
 		r.must(200, "GET", "/agents/echo/"+instance+"/submissions/"+id+"?wait=5s", "", &s)
 		if !s.Status.Terminal() {
 			return fmt.Errorf("submission %s is %s", id, s.Status)
@@ -121,18 +121,18 @@ func (r raw) settled(instance, id string) clog.Submission {
 }
 
 type page struct {
-	UID         string           `json:"uid"`
-	Incarnation clog.Incarnation `json:"incarnation"`
-	Batches     []clog.Batch     `json:"batches"`
-	NextOffset  clog.Offset      `json:"nextOffset"`
-	UpToDate    bool             `json:"upToDate"`
+	UID         string             `json:"uid"`
+	Incarnation record.Incarnation `json:"incarnation"`
+	Batches     []record.Batch     `json:"batches"`
+	NextOffset  record.Offset      `json:"nextOffset"`
+	UpToDate    bool               `json:"upToDate"`
 }
 
 // fresh reads the whole conversation from "0".
-func (r raw) fresh(instance, session string) (page, []clog.Record) {
+func (r raw) fresh(instance, session string) (page, []record.Record) {
 	r.t.Helper()
-	off := clog.Start
-	var recs []clog.Record
+	off := record.Start
+	var recs []record.Record
 	for {
 		var p page
 		r.must(200, "GET", "/agents/echo/"+instance+"/conversation?session="+url.QueryEscape(session)+"&offset="+string(off), "", &p)
@@ -151,10 +151,10 @@ func (r raw) fresh(instance, session string) (page, []clog.Record) {
 }
 
 type checkpoint struct {
-	EntryID      string      `json:"entryId"`
-	SubmissionID string      `json:"submissionId"`
-	Offset       clog.Offset `json:"offset"`
-	Preview      string      `json:"preview"`
+	EntryID      string        `json:"entryId"`
+	SubmissionID string        `json:"submissionId"`
+	Offset       record.Offset `json:"offset"`
+	Preview      string        `json:"preview"`
 }
 
 func (r raw) checkpoints(instance, session string) []checkpoint {
@@ -169,7 +169,7 @@ func (r raw) checkpoints(instance, session string) []checkpoint {
 // msg is a message as the tests compare them: role and text.
 type msg struct{ Role, Text string }
 
-func messagesOf(recs []clog.Record) []msg {
+func messagesOf(recs []record.Record) []msg {
 	out := []msg{}
 	for _, m := range projection.Project(recs).Messages {
 		var b strings.Builder
@@ -188,9 +188,9 @@ func messagesOf(recs []clog.Record) []msg {
 // rewoundTo.
 type sseReader struct {
 	mu      sync.Mutex
-	inc     clog.Incarnation
+	inc     record.Incarnation
 	lastID  string
-	records []clog.Record
+	records []record.Record
 	frames  []string // types, in order
 	ended   bool
 	err     error
@@ -251,9 +251,9 @@ func scanSSE(r io.Reader, frame func(id string, data []byte) (stop bool)) error 
 
 func (s *sseReader) frame(id string, data []byte) {
 	var f struct {
-		Type        string           `json:"type"`
-		Incarnation clog.Incarnation `json:"incarnation"`
-		Records     []clog.Record    `json:"records"`
+		Type        string             `json:"type"`
+		Incarnation record.Incarnation `json:"incarnation"`
+		Records     []record.Record    `json:"records"`
 	}
 	if json.Unmarshal(data, &f) != nil {
 		return
@@ -282,10 +282,10 @@ func (s *sseReader) caughtUp(p page) bool {
 	return s.inc == p.Incarnation && s.lastID == string(p.NextOffset)
 }
 
-func (s *sseReader) snapshot() []clog.Record {
+func (s *sseReader) snapshot() []record.Record {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]clog.Record(nil), s.records...)
+	return append([]record.Record(nil), s.records...)
 }
 
 // eventually polls cond until it holds, or fails after a minute.

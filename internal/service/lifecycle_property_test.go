@@ -10,7 +10,7 @@ import (
 
 	"pgregory.net/rapid"
 
-	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 )
 
 // lifeModel is the test's idea of what the service holds: per conversation
@@ -102,7 +102,7 @@ func TestLifecycleProperty(t *testing.T) {
 					delete(m.gone, k)
 				}
 				acc := r.deliver(inst, sess, text)
-				if s := r.settled(inst, acc.SubmissionID); s.Status != clog.StatusCompleted {
+				if s := r.settled(inst, acc.SubmissionID); s.Status != record.StatusCompleted {
 					rt.Fatalf("delivery %+v", s)
 				}
 				c.msgs = append(c.msgs, msg{"user", text}, msg{"assistant", text})
@@ -130,7 +130,7 @@ func TestLifecycleProperty(t *testing.T) {
 				}
 				var acc accepted
 				r.must(202, "POST", path(c)+"/regenerate"+q(c), body, &acc)
-				if s := r.settled(c.instance, acc.SubmissionID); s.Status != clog.StatusCompleted {
+				if s := r.settled(c.instance, acc.SubmissionID); s.Status != record.StatusCompleted {
 					rt.Fatalf("regenerated %+v", s)
 				}
 				i := userIndex(c.msgs, j)
@@ -190,8 +190,8 @@ func checkModel(rt *rapid.T, r raw, m *lifeModel) {
 		}
 		settled := map[string]int{}
 		for _, rec := range recs {
-			if rec.Kind == clog.KindEntry && rec.Entry.Type == clog.EntrySettlement {
-				var st clog.Settlement
+			if rec.Kind == record.KindEntry && rec.Entry.Type == record.EntrySettlement {
+				var st record.Settlement
 				if err := json.Unmarshal(rec.Entry.Payload, &st); err != nil {
 					rt.Fatal(err)
 				}

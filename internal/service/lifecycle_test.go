@@ -8,6 +8,7 @@ import (
 	"time"
 
 	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/projection"
 )
 
@@ -26,7 +27,7 @@ func TestLifecycleRewindRegenerateFork(t *testing.T) {
 		r.settled("i1", r.deliver("i1", "default", text).SubmissionID)
 	}
 	cps := r.checkpoints("i1", "default")
-	if len(cps) != 3 || cps[1].Preview != "two" || cps[0].Offset != clog.Start {
+	if len(cps) != 3 || cps[1].Preview != "two" || cps[0].Offset != record.Start {
 		t.Fatalf("checkpoints %+v", cps)
 	}
 	_, recs := r.fresh("i1", "default")
@@ -36,10 +37,10 @@ func TestLifecycleRewindRegenerateFork(t *testing.T) {
 
 	// Rewind to before "two": the path is "one" and its answer.
 	var rw struct {
-		LeafID     string      `json:"leafId"`
-		Offset     clog.Offset `json:"offset"`
-		NextOffset clog.Offset `json:"nextOffset"`
-		Aborted    []string    `json:"aborted"`
+		LeafID     string        `json:"leafId"`
+		Offset     record.Offset `json:"offset"`
+		NextOffset record.Offset `json:"nextOffset"`
+		Aborted    []string      `json:"aborted"`
 	}
 	r.must(200, "POST", "/agents/echo/i1/rewind", `{"entryId":"`+cps[1].EntryID+`"}`, &rw)
 	_, recs = r.fresh("i1", "default")
@@ -47,13 +48,13 @@ func TestLifecycleRewindRegenerateFork(t *testing.T) {
 		t.Fatalf("after rewind: %v", got)
 	}
 	last := recs[len(recs)-1]
-	if last.Kind != clog.KindTruncated || last.Reason != "rewind" || last.RewoundTo == "" || last.NewLeafID != rw.LeafID || len(rw.Aborted) != 0 {
+	if last.Kind != record.KindTruncated || last.Reason != "rewind" || last.RewoundTo == "" || last.NewLeafID != rw.LeafID || len(rw.Aborted) != 0 {
 		t.Fatalf("truncation %+v, result %+v", last, rw)
 	}
 	// Reading from the answer's offset starts with the truncation.
 	var p page
 	r.must(200, "GET", "/agents/echo/i1/conversation?offset="+string(rw.Offset), "", &p)
-	if first, _ := p.Batches[0].Records.Decode(); first[0].Kind != clog.KindTruncated {
+	if first, _ := p.Batches[0].Records.Decode(); first[0].Kind != record.KindTruncated {
 		t.Fatalf("from %s: %+v", rw.Offset, first)
 	}
 
@@ -75,7 +76,7 @@ func TestLifecycleRewindRegenerateFork(t *testing.T) {
 	if acc.SubmissionID == "" || acc.UID == "" || !strings.Contains(acc.UpdatesURL, "/stream?session=default&offset=") {
 		t.Fatalf("regenerate: %+v", acc)
 	}
-	if s := r.settled("i1", acc.SubmissionID); s.Status != clog.StatusCompleted {
+	if s := r.settled("i1", acc.SubmissionID); s.Status != record.StatusCompleted {
 		t.Fatalf("regenerated submission %+v", s)
 	}
 	_, recs = r.fresh("i1", "default")
@@ -98,7 +99,7 @@ func TestLifecycleRewindRegenerateFork(t *testing.T) {
 	ids := projectionIDs(recs)
 	var fk struct {
 		InstanceID, Session, UID string
-		Incarnation              clog.Incarnation
+		Incarnation              record.Incarnation
 	}
 	r.must(201, "POST", "/agents/echo/i1/fork", `{"entryId":"`+ids[1]+`","session":"alt"}`, &fk)
 	if fk.InstanceID != "i1" || fk.Session != "alt" || fk.Incarnation == "" {
@@ -134,7 +135,7 @@ func TestLifecycleRewindRegenerateFork(t *testing.T) {
 }
 
 // projectionIDs are the entry ids of the projected messages.
-func projectionIDs(recs []clog.Record) []string {
+func projectionIDs(recs []record.Record) []string {
 	var ids []string
 	for _, m := range projection.Project(recs).Messages {
 		ids = append(ids, m.ID)
@@ -174,7 +175,7 @@ func TestLifecycleIdempotencyAndGenerations(t *testing.T) {
 	_, recs := r.fresh("g1", "default")
 	n := 0
 	for _, rec := range recs {
-		if rec.Kind == clog.KindTruncated {
+		if rec.Kind == record.KindTruncated {
 			n++
 		}
 	}
@@ -187,11 +188,11 @@ func TestLifecycleIdempotencyAndGenerations(t *testing.T) {
 
 	// Reset: a new incarnation; an old offset is a 400 naming it.
 	var rs struct {
-		Incarnation clog.Incarnation `json:"incarnation"`
-		Offset      clog.Offset      `json:"offset"`
+		Incarnation record.Incarnation `json:"incarnation"`
+		Offset      record.Offset      `json:"offset"`
 	}
 	r.must(200, "POST", "/agents/echo/g1/reset", `{"session":"default"}`, &rs)
-	if rs.Incarnation == p.Incarnation || rs.Offset != clog.Start {
+	if rs.Incarnation == p.Incarnation || rs.Offset != record.Start {
 		t.Fatalf("reset %+v (was %s)", rs, p.Incarnation)
 	}
 	e = r.errCode(400, "unknown_offset", "GET", "/agents/echo/g1/conversation?offset="+string(p.NextOffset), "")
@@ -224,15 +225,15 @@ func TestLifecycleIdempotencyAndGenerations(t *testing.T) {
 	r.errCode(404, "not_found", "GET", "/agents/nosuchagent", "")
 	var sess struct {
 		Sessions []struct {
-			Session     string           `json:"session"`
-			Incarnation clog.Incarnation `json:"incarnation"`
-			TailOffset  clog.Offset      `json:"tailOffset"`
-			Running     int              `json:"running"`
-			Queued      int              `json:"queued"`
+			Session     string             `json:"session"`
+			Incarnation record.Incarnation `json:"incarnation"`
+			TailOffset  record.Offset      `json:"tailOffset"`
+			Running     int                `json:"running"`
+			Queued      int                `json:"queued"`
 		} `json:"sessions"`
 	}
 	r.must(200, "GET", "/agents/echo/g2/sessions", "", &sess)
-	if len(sess.Sessions) != 2 || sess.Sessions[1].Session != "s2" || sess.Sessions[1].TailOffset == clog.Start || sess.Sessions[0].Incarnation == "" {
+	if len(sess.Sessions) != 2 || sess.Sessions[1].Session != "s2" || sess.Sessions[1].TailOffset == record.Start || sess.Sessions[0].Incarnation == "" {
 		t.Fatalf("sessions %+v", sess)
 	}
 	r.errCode(404, "not_found", "GET", "/agents/echo/nosuch/sessions", "")
@@ -276,19 +277,19 @@ func TestLifecycleAbortsRunningTurn(t *testing.T) {
 	acc := r.deliver("a1", "default", long)
 	queued := r.deliver("a1", "default", "queued behind")
 	eventually(t, "the long turn runs", func() bool {
-		var s clog.Submission
+		var s record.Submission
 		r.must(200, "GET", "/agents/echo/a1/submissions/"+acc.SubmissionID, "", &s)
-		return s.Status == clog.StatusRunning
+		return s.Status == record.StatusRunning
 	})
 	cps := r.checkpoints("a1", "default")
 	var rw struct {
 		Aborted []string `json:"aborted"`
 	}
 	r.must(200, "POST", "/agents/echo/a1/rewind", `{"entryId":"`+cps[1].EntryID+`"}`, &rw)
-	if s := r.settled("a1", acc.SubmissionID); s.Status != clog.StatusAborted {
+	if s := r.settled("a1", acc.SubmissionID); s.Status != record.StatusAborted {
 		t.Fatalf("running turn after rewind: %+v", s)
 	}
-	if s := r.settled("a1", queued.SubmissionID); s.Status != clog.StatusAborted || !reflect.DeepEqual(rw.Aborted, []string{queued.SubmissionID}) {
+	if s := r.settled("a1", queued.SubmissionID); s.Status != record.StatusAborted || !reflect.DeepEqual(rw.Aborted, []string{queued.SubmissionID}) {
 		t.Fatalf("queued after rewind: %+v, aborted %v", s, rw.Aborted)
 	}
 	_, recs := r.fresh("a1", "default")
@@ -302,12 +303,12 @@ func TestLifecycleAbortsRunningTurn(t *testing.T) {
 	acc = r.deliver("a1", "default", long)
 	rd := follow(t, r.base, "a1", "default")
 	eventually(t, "the turn runs", func() bool {
-		var s clog.Submission
+		var s record.Submission
 		r.must(200, "GET", "/agents/echo/a1/submissions/"+acc.SubmissionID, "", &s)
-		return s.Status == clog.StatusRunning
+		return s.Status == record.StatusRunning
 	})
 	r.must(200, "DELETE", "/agents/echo/a1", "", nil)
-	if s := r.settled("a1", acc.SubmissionID); s.Status != clog.StatusAborted {
+	if s := r.settled("a1", acc.SubmissionID); s.Status != record.StatusAborted {
 		t.Fatalf("running turn after delete: %+v", s)
 	}
 	select {
@@ -323,11 +324,11 @@ func TestLifecycleAbortsRunningTurn(t *testing.T) {
 }
 
 // checkSettledOnce: each submission has exactly one settlement record.
-func checkSettledOnce(t testing.TB, recs []clog.Record, ids ...string) {
+func checkSettledOnce(t testing.TB, recs []record.Record, ids ...string) {
 	t.Helper()
 	n := map[string]int{}
 	for _, r := range recs {
-		if r.Kind == clog.KindEntry && r.Entry.Type == clog.EntrySettlement {
+		if r.Kind == record.KindEntry && r.Entry.Type == record.EntrySettlement {
 			n[r.Entry.SubmissionID]++
 		}
 	}
@@ -349,7 +350,7 @@ func TestLifecycleReaderStaysConnected(t *testing.T) {
 	same := func(step string) {
 		t.Helper()
 		var p page
-		var recs []clog.Record
+		var recs []record.Record
 		eventually(t, step+": the reader catches up", func() bool {
 			p, recs = r.fresh("c1", "default")
 			return rd.caughtUp(p)

@@ -16,8 +16,8 @@ import (
 
 	"github.com/convlog/convlog/internal/auth"
 	"github.com/convlog/convlog/internal/servicetest"
-	"github.com/convlog/convlog/transport"
 	"github.com/convlog/convlog/transport/client"
+	"github.com/convlog/convlog/transport/wire"
 )
 
 // scrape reads /metrics as Prometheus would, in the text format.
@@ -96,7 +96,7 @@ func TestMetricsScrape(t *testing.T) {
 	// Vectors appear once they have a child: make one of each.
 	acc := servicetest.Deliver(t, c, "echo", "m1", "", "count me")
 	servicetest.ReadUntilSettled(t, c, "echo", "m1", "default", acc.Offset, acc.SubmissionID)
-	if _, err := c.Deliver(context.Background(), "nobody", "m1", transport.DeliverRequest{Message: transport.Message{Body: "x"}}, ""); !client.IsCode(err, transport.CodeNotFound) {
+	if _, err := c.Deliver(context.Background(), "nobody", "m1", wire.DeliverRequest{Message: wire.Message{Body: "x"}}, ""); !client.IsCode(err, wire.CodeNotFound) {
 		t.Fatalf("delivery to an unknown agent: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

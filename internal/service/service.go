@@ -88,6 +88,9 @@ type Config struct {
 	// LeaseTTL is the session leases' TTL (the workers' must match); 0 is
 	// natsbus.DefaultLeaseTTL.
 	LeaseTTL time.Duration
+	// Linger is how long an idle in-process runner keeps its session's
+	// lease for the next message; 0 is pool.DefaultLinger.
+	Linger time.Duration
 	Logger   *slog.Logger
 }
 
@@ -216,6 +219,7 @@ func Start(cfg Config) (_ *Service, err error) {
 			Observer:        s.metrics,
 			Replicas:        cfg.NATSReplicas,
 			LeaseTTL:        cfg.LeaseTTL,
+			Linger:          cfg.Linger,
 		}); err != nil {
 			return nil, err
 		}

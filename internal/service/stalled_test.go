@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 )
 
 // JSON readers that never read a large conversation are dropped by the
@@ -24,11 +24,11 @@ func TestStalledJSONReadersAreDropped(t *testing.T) {
 	const readers = 60
 	svc, _ := testService(t, func(c *Config) { c.SSEWriteTimeout = 2 * time.Second })
 	ctx := context.Background()
-	key := clog.Key{Agent: "echo", Instance: "big", Session: "default"}
+	key := record.Key{Agent: "echo", Instance: "big", Session: "default"}
 	text := strings.Repeat("x", 60<<10)
-	p, _ := json.Marshal(clog.MessagePayload{Parts: []clog.Part{{Type: clog.PartText, Text: text}}})
+	p, _ := json.Marshal(record.MessagePayload{Parts: []record.Part{{Type: record.PartText, Text: text}}})
 	for range 70 { // ~4 MiB
-		if _, err := svc.db.Append(ctx, key, clog.EntryRecord(clog.Entry{Type: clog.EntryUserMessage, Payload: p})); err != nil {
+		if _, err := svc.db.Append(ctx, key, record.EntryRecord(record.Entry{Type: record.EntryUserMessage, Payload: p})); err != nil {
 			t.Fatal(err)
 		}
 	}

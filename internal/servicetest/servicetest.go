@@ -18,16 +18,16 @@ import (
 	"time"
 
 	"github.com/convlog/convlog/internal/check"
-	clog "github.com/convlog/convlog/log"
-	"github.com/convlog/convlog/transport"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/transport/client"
+	"github.com/convlog/convlog/transport/wire"
 )
 
 // Deliver posts a user message to session and returns its 202.
-func Deliver(t testing.TB, c *client.Client, agent, instance, session, text string) transport.Accepted {
+func Deliver(t testing.TB, c *client.Client, agent, instance, session, text string) wire.Accepted {
 	t.Helper()
 	acc, err := c.Deliver(context.Background(), agent, instance,
-		transport.DeliverRequest{Message: transport.Message{Kind: "user", Body: text}, Session: session}, "")
+		wire.DeliverRequest{Message: wire.Message{Kind: "user", Body: text}, Session: session}, "")
 	if err != nil {
 		t.Fatalf("deliver: %v", err)
 	}
@@ -37,9 +37,9 @@ func Deliver(t testing.TB, c *client.Client, agent, instance, session, text stri
 // ReadUntilSettled reads the conversation from offset until the
 // submission's settlement record, long-polling the submission between
 // reads, and returns every record read.
-func ReadUntilSettled(t testing.TB, c *client.Client, agent, instance, session string, offset clog.Offset, subID string) []clog.Record {
+func ReadUntilSettled(t testing.TB, c *client.Client, agent, instance, session string, offset record.Offset, subID string) []record.Record {
 	t.Helper()
-	var out []clog.Record
+	var out []record.Record
 	// No sleep between calls: the long poll below does the waiting.
 	check.For(t, time.Minute, 0, func() error {
 		res, err := c.Read(context.Background(), agent, instance, session, offset, 0)
@@ -55,7 +55,7 @@ func ReadUntilSettled(t testing.TB, c *client.Client, agent, instance, session s
 		}
 		offset = res.NextOffset
 		for _, r := range out {
-			if r.Kind == clog.KindEntry && r.Entry.Type == clog.EntrySettlement && r.Entry.SubmissionID == subID {
+			if r.Kind == record.KindEntry && r.Entry.Type == record.EntrySettlement && r.Entry.SubmissionID == subID {
 				return nil
 			}
 		}

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/projection"
 	"go.uber.org/goleak"
 )
@@ -139,7 +139,7 @@ func TestProjectionMatchesGo(t *testing.T) {
 	node := lookNode(t)
 	rng := rand.New(rand.NewPCG(13, 7))
 	type testCase struct {
-		Records []log.Record    `json:"records"`
+		Records []record.Record `json:"records"`
 		View    projection.View `json:"view"`
 	}
 	var cases []testCase
@@ -162,8 +162,8 @@ func TestProjectionMatchesGo(t *testing.T) {
 	}
 }
 
-func randomConversation(rng *rand.Rand) []log.Record {
-	var records []log.Record
+func randomConversation(rng *rand.Rand) []record.Record {
+	var records []record.Record
 	var ids []string
 	pick := func() string {
 		if len(ids) == 0 || rng.IntN(8) == 0 {
@@ -174,7 +174,7 @@ func randomConversation(rng *rand.Rand) []log.Record {
 	call := func() string { return fmt.Sprintf("c%d", rng.IntN(5)) }
 	str := func(s ...string) string { return s[rng.IntN(len(s))] }
 	message := func() json.RawMessage {
-		var p log.MessagePayload
+		var p record.MessagePayload
 		p.Purpose = str("", "user", "assistant", "dispatch", "advisory", "future")
 		p.Display = str("", "visible", "hidden", "diagnostic")
 		if rng.IntN(4) == 0 {
@@ -183,15 +183,15 @@ func randomConversation(rng *rand.Rand) []log.Record {
 		for range rng.IntN(4) {
 			switch str("text", "reasoning", "tool-call", "tool-call", "file", "data", "sparkle") {
 			case "tool-call":
-				p.Parts = append(p.Parts, log.Part{Type: "tool-call", ToolCallID: call(), ToolName: str("", "search", "fetch"), Input: json.RawMessage(str(``, `{"q":"x"}`, `null`, `[1]`))})
+				p.Parts = append(p.Parts, record.Part{Type: "tool-call", ToolCallID: call(), ToolName: str("", "search", "fetch"), Input: json.RawMessage(str(``, `{"q":"x"}`, `null`, `[1]`))})
 			case "file":
-				p.Parts = append(p.Parts, log.Part{Type: "file", MediaType: "text/plain", URL: "data:,x", Filename: str("", "f.txt")})
+				p.Parts = append(p.Parts, record.Part{Type: "file", MediaType: "text/plain", URL: "data:,x", Filename: str("", "f.txt")})
 			case "data":
-				p.Parts = append(p.Parts, log.Part{Type: "data", Name: str("", "d"), Data: json.RawMessage(str(``, `{"k":true}`, `"s"`))})
+				p.Parts = append(p.Parts, record.Part{Type: "data", Name: str("", "d"), Data: json.RawMessage(str(``, `{"k":true}`, `"s"`))})
 			case "sparkle":
-				p.Parts = append(p.Parts, log.Part{Type: "sparkle", Text: "?"})
+				p.Parts = append(p.Parts, record.Part{Type: "sparkle", Text: "?"})
 			default:
-				p.Parts = append(p.Parts, log.Part{Type: str("text", "reasoning"), Text: str("", "hi", "a longer text")})
+				p.Parts = append(p.Parts, record.Part{Type: str("text", "reasoning"), Text: str("", "hi", "a longer text")})
 			}
 		}
 		b, _ := json.Marshal(p)
@@ -209,38 +209,38 @@ func randomConversation(rng *rand.Rand) []log.Record {
 				parent = pick()
 			}
 		}
-		e := log.Entry{ID: id, ParentID: parent, Timestamp: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), SubmissionID: str("", "s1", "s2", "s3"), TurnID: str("", "t1")}
+		e := record.Entry{ID: id, ParentID: parent, Timestamp: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), SubmissionID: str("", "s1", "s2", "s3"), TurnID: str("", "t1")}
 		switch rng.IntN(12) {
 		case 0, 1, 2:
-			e.Type, e.Payload = log.EntryUserMessage, message()
+			e.Type, e.Payload = record.EntryUserMessage, message()
 		case 3, 4, 5:
-			e.Type, e.Payload = log.EntryAssistantMessage, message()
+			e.Type, e.Payload = record.EntryAssistantMessage, message()
 		case 6, 7:
-			b, _ := json.Marshal(log.ToolResultPayload{ToolCallID: call(), ToolName: str("", "search"), IsError: rng.IntN(2) == 0, Output: json.RawMessage(str(``, `null`, `"boom"`, `{"x":1}`, `[1,2]`))})
-			e.Type, e.Payload = log.EntryToolResult, b
+			b, _ := json.Marshal(record.ToolResultPayload{ToolCallID: call(), ToolName: str("", "search"), IsError: rng.IntN(2) == 0, Output: json.RawMessage(str(``, `null`, `"boom"`, `{"x":1}`, `[1,2]`))})
+			e.Type, e.Payload = record.EntryToolResult, b
 		case 8:
-			s := log.Settlement{SubmissionID: str("", "s1", "s2", "s3"), Outcome: log.Outcome(str("", "completed", "failed", "aborted")), AnsweredBySubmissionID: str("", "", "s1")}
+			s := record.Settlement{SubmissionID: str("", "s1", "s2", "s3"), Outcome: record.Outcome(str("", "completed", "failed", "aborted")), AnsweredBySubmissionID: str("", "", "s1")}
 			if rng.IntN(2) == 0 {
-				s.Error = &log.Failure{Code: str("", "tool_error"), Message: "m", Retryable: rng.IntN(2) == 0}
+				s.Error = &record.Failure{Code: str("", "tool_error"), Message: "m", Retryable: rng.IntN(2) == 0}
 			}
 			b, _ := json.Marshal(s)
-			e.Type, e.Payload = log.EntrySettlement, b
+			e.Type, e.Payload = record.EntrySettlement, b
 		case 9:
-			e.Type = str("custom_note", log.EntryUserMessage, log.EntryToolResult, log.EntrySettlement)
+			e.Type = str("custom_note", record.EntryUserMessage, record.EntryToolResult, record.EntrySettlement)
 			e.Payload = json.RawMessage(str(`{"custom":true}`, `[1]`, `"x"`, `{"parts":"no"}`, `null`, `{"parts":[{"type":"text","text":5}]}`, `{"outcome":7}`))
 		case 10, 11:
 			to := pick()
 			if rng.IntN(5) == 0 {
 				to = ""
 			}
-			r := log.TruncatedRecord(to, "test")
+			r := record.TruncatedRecord(to, "test")
 			if rng.IntN(4) == 0 {
 				r.NewLeafID = pick()
 			}
 			records = append(records, r)
 			continue
 		}
-		records = append(records, log.EntryRecord(e))
+		records = append(records, record.EntryRecord(e))
 		ids = append(ids, id)
 	}
 	return records

@@ -9,26 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/transport/wire"
-)
-
-// DeltaFrame is a presentation frame: the bus carries its JSON form. The
-// type is defined once, in transport/wire (with the FrameDelta,
-// FrameToolCallDelta, FrameRetrying and FrameEvent types); these names are
-// aliases for the bus's producers.
-//
-//go:fix inline
-type DeltaFrame = wire.DeltaFrame
-
-// Presentation frame types (wire's).
-//
-//go:fix inline
-const (
-	FrameDelta         = wire.FrameDelta
-	FrameToolCallDelta = wire.FrameToolCallDelta
-	FrameRetrying      = wire.FrameRetrying
-	FrameEvent         = wire.FrameEvent
 )
 
 // deltaWindow is how many recent frames a conversation keeps for readers
@@ -123,7 +105,7 @@ func (b *DeltaBus) deliver(m *nats.Msg) {
 }
 
 // Publish sends a frame to the readers of key, wherever they are.
-func (b *DeltaBus) Publish(key clog.Key, f wire.DeltaFrame) error {
+func (b *DeltaBus) Publish(key record.Key, f wire.DeltaFrame) error {
 	data, err := json.Marshal(f)
 	if err != nil {
 		return fmt.Errorf("delta frame: %w", err)
@@ -133,7 +115,7 @@ func (b *DeltaBus) Publish(key clog.Key, f wire.DeltaFrame) error {
 
 // FollowDeltas returns a cursor over key's frames from now on. It
 // satisfies transport's DeltaSource.
-func (b *DeltaBus) FollowDeltas(key clog.Key) (*DeltaCursor, error) {
+func (b *DeltaBus) FollowDeltas(key record.Key) (*DeltaCursor, error) {
 	subj := b.ns.deltaSubject(key)
 	b.mu.Lock()
 	s := b.streams[subj]

@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/convlog/convlog/internal/check"
-	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 )
 
 // flakyKV fails the next `failing` updates as a broker in a leader
@@ -66,7 +66,7 @@ func testLeases(t *testing.T, ttl time.Duration) (*Leases, *flakyKV) {
 // was lost does not count as the lease being taken.
 func TestKeepRetriesWithinTTL(t *testing.T) {
 	l, f := testLeases(t, 3*time.Second)
-	ls, err := l.Acquire(context.Background(), clog.Key{Agent: "a", Instance: "i", Session: "s"})
+	ls, err := l.Acquire(context.Background(), record.Key{Agent: "a", Instance: "i", Session: "s"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestKeepRetriesWithinTTL(t *testing.T) {
 // broker would let another worker take it.
 func TestKeepGivesUpAfterTTL(t *testing.T) {
 	l, f := testLeases(t, 1500*time.Millisecond)
-	ls, err := l.Acquire(context.Background(), clog.Key{Agent: "a", Instance: "i", Session: "s"})
+	ls, err := l.Acquire(context.Background(), record.Key{Agent: "a", Instance: "i", Session: "s"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/oklog/ulid/v2"
 
-	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 )
 
 // ErrLeaseHeld: another worker runs a turn of the session now.
@@ -77,7 +77,7 @@ func (l *Leases) predecessor(owner []byte) bool {
 }
 
 // leaseKey encodes a session key into the bucket's key alphabet.
-func leaseKey(k clog.Key) string { return base64.RawURLEncoding.EncodeToString([]byte(k.String())) }
+func leaseKey(k record.Key) string { return base64.RawURLEncoding.EncodeToString([]byte(k.String())) }
 
 // lease is a held session lease.
 type Lease struct {
@@ -87,7 +87,7 @@ type Lease struct {
 }
 
 // acquire takes the session's lease, or returns ErrLeaseHeld.
-func (l *Leases) Acquire(ctx context.Context, k clog.Key) (*Lease, error) {
+func (l *Leases) Acquire(ctx context.Context, k record.Key) (*Lease, error) {
 	key := leaseKey(k)
 	rev, err := l.kv.Create(ctx, key, l.owner)
 	if errors.Is(err, jetstream.ErrKeyExists) {
@@ -171,7 +171,7 @@ func (ls *Lease) Keep(ctx context.Context, lost func(error)) {
 func (ls *Lease) Owner() string { return string(ls.l.owner) }
 
 // Holder is the name stored in the session's lease, "" when it is free.
-func (l *Leases) Holder(ctx context.Context, k clog.Key) (string, error) {
+func (l *Leases) Holder(ctx context.Context, k record.Key) (string, error) {
 	e, err := l.kv.Get(ctx, leaseKey(k))
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
 		return "", nil

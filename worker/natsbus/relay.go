@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 )
 
 // SubmissionMsg is the JetStream message of an admitted submission. The
@@ -27,7 +27,7 @@ type SubmissionMsg struct {
 
 // Outbox is what the relay needs of the log.
 type Outbox interface {
-	Unpublished(ctx context.Context, limit int) ([]clog.Submission, error)
+	Unpublished(ctx context.Context, limit int) ([]record.Submission, error)
 	MarkPublished(ctx context.Context, ids ...string) error
 }
 

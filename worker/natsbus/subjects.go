@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 )
 
 // Namespace prefixes every NATS name convlog uses, so that several
@@ -55,7 +55,7 @@ func (ns Namespace) submitSubject(agent string) string {
 
 func (ns Namespace) deltaWildcard() string { return string(ns.orDefault()) + ".live.>" }
 
-func (ns Namespace) deltaSubject(k clog.Key) string {
+func (ns Namespace) deltaSubject(k record.Key) string {
 	return string(ns.orDefault()) + ".live." + token(k.Agent) + "." + token(k.Instance) + "." + token(k.Session)
 }
 

@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/worker"
 	"github.com/convlog/convlog/worker/openaiagent"
 	"github.com/convlog/convlog/worker/openaiagent/fakeopenai"
@@ -21,7 +21,7 @@ import (
 func TestToolArgumentsBoundedAsTheyStream(t *testing.T) {
 	const frag = 256 << 10
 	piece := strings.Repeat("a", frag)
-	n := clog.MaxBatchBytes/frag + 8
+	n := record.MaxBatchBytes/frag + 8
 	for _, tc := range []struct {
 		name  string
 		calls int
@@ -58,8 +58,8 @@ func TestToolArgumentsBoundedAsTheyStream(t *testing.T) {
 			if l := evs[len(evs)-1]; l.Code != openaiagent.CodeReplyTooLarge || l.Retryable {
 				t.Fatalf("last event %+v", l)
 			}
-			if streamed > clog.MaxBatchBytes {
-				t.Fatalf("%d bytes of arguments taken; want at most %d", streamed, clog.MaxBatchBytes)
+			if streamed > record.MaxBatchBytes {
+				t.Fatalf("%d bytes of arguments taken; want at most %d", streamed, record.MaxBatchBytes)
 			}
 			if called.Load() {
 				t.Fatal("the tool was called")

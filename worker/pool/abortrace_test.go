@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/worker"
 	"github.com/convlog/convlog/worker/pool"
 )
@@ -18,14 +19,14 @@ type hookedLog struct {
 	pool.Log
 	mu        sync.Mutex
 	onRead    func(ctx context.Context)
-	onPending func(key clog.Key)
+	onPending func(key record.Key)
 	// refuse, when set, may refuse a write before the log sees it.
 	refuse   func(w clog.Write) error
 	watchID  string
-	watchers chan clog.Status
+	watchers chan record.Status
 }
 
-func (h *hookedLog) Read(ctx context.Context, key clog.Key, off clog.Offset, limit int) (clog.ReadResult, error) {
+func (h *hookedLog) Read(ctx context.Context, key record.Key, off record.Offset, limit int) (record.ReadResult, error) {
 	h.mu.Lock()
 	f := h.onRead
 	h.onRead = nil
@@ -36,7 +37,7 @@ func (h *hookedLog) Read(ctx context.Context, key clog.Key, off clog.Offset, lim
 	return h.Log.Read(ctx, key, off, limit)
 }
 
-func (h *hookedLog) PendingFirst(ctx context.Context, key clog.Key, limit int) ([]clog.Submission, error) {
+func (h *hookedLog) PendingFirst(ctx context.Context, key record.Key, limit int) ([]record.Submission, error) {
 	h.mu.Lock()
 	f := h.onPending
 	h.mu.Unlock()
@@ -58,7 +59,7 @@ func (h *hookedLog) Write(ctx context.Context, w clog.Write) (clog.Appended, err
 	return h.Log.Write(ctx, w)
 }
 
-func (h *hookedLog) Submission(ctx context.Context, id string) (clog.Submission, error) {
+func (h *hookedLog) Submission(ctx context.Context, id string) (record.Submission, error) {
 	s, err := h.Log.Submission(ctx, id)
 	h.mu.Lock()
 	w := h.watchers
@@ -101,21 +102,21 @@ func TestAbortAsTurnStartsSettlesAborted(t *testing.T) {
 	var h *hookedLog
 	r := startRigWith(t, t.TempDir(), func(reg *pool.Registry) { reg.Register("a", agent, "") },
 		rigOptions{wrap: func(l pool.Log) pool.Log { h = &hookedLog{Log: l}; return h }})
-	key := clog.Key{Agent: "a", Instance: "i", Session: "s"}
+	key := record.Key{Agent: "a", Instance: "i", Session: "s"}
 	first := r.admit(t, key, "hold")
 	<-started
-	var queued []clog.Submission
+	var queued []record.Submission
 	for i := range 255 {
 		queued = append(queued, r.admit(t, key, "q"+string(rune('a'+i%26))))
 	}
 	last := queued[len(queued)-1]
 
 	type result struct {
-		sub clog.Submission
+		sub record.Submission
 		err error
 	}
 	aborted := make(chan result, 1)
-	seen := make(chan clog.Status, 1)
+	seen := make(chan record.Status, 1)
 	h.mu.Lock()
 	h.watchID, h.watchers = last.ID, seen
 	h.onRead = func(ctx context.Context) {
@@ -124,7 +125,7 @@ func TestAbortAsTurnStartsSettlesAborted(t *testing.T) {
 			s, err := r.pool.Abort(context.Background(), last.ID)
 			aborted <- result{s, err}
 		}()
-		if st := <-seen; st == clog.StatusRunning {
+		if st := <-seen; st == record.StatusRunning {
 			// The turn is registered: the abort cancels it. Let that land
 			// before the read goes on, as it may in production.
 			<-ctx.Done()
@@ -132,11 +133,11 @@ func TestAbortAsTurnStartsSettlesAborted(t *testing.T) {
 	}
 	h.mu.Unlock()
 	close(release)
-	if s := r.settled(t, first.ID); s.Status != clog.StatusCompleted {
+	if s := r.settled(t, first.ID); s.Status != record.StatusCompleted {
 		t.Fatalf("first %+v", s)
 	}
 	res := <-aborted
-	if res.err != nil || res.sub.Status != clog.StatusAborted || res.sub.Error == nil || res.sub.Error.Code != "aborted" {
+	if res.err != nil || res.sub.Status != record.StatusAborted || res.sub.Error == nil || res.sub.Error.Code != "aborted" {
 		t.Fatalf("abort answered %+v %+v %v", res.sub, res.sub.Error, res.err)
 	}
 	turn := res.sub.TurnID
@@ -145,12 +146,12 @@ func TestAbortAsTurnStartsSettlesAborted(t *testing.T) {
 		if s.TurnID != turn {
 			continue // in a later turn: not affected by the abort
 		}
-		if s.Status != clog.StatusAborted || s.Error == nil || s.Error.Code != "aborted" {
+		if s.Status != record.StatusAborted || s.Error == nil || s.Error.Code != "aborted" {
 			t.Fatalf("submission %s of the aborted turn: %+v %+v", q.ID, s, s.Error)
 		}
 	}
 	after := r.admit(t, key, "after")
-	if s := r.settled(t, after.ID); s.Status != clog.StatusCompleted {
+	if s := r.settled(t, after.ID); s.Status != record.StatusCompleted {
 		t.Fatalf("after %+v", s)
 	}
 }

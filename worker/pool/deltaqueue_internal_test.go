@@ -6,7 +6,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/convlog/convlog/worker/natsbus"
+	"github.com/convlog/convlog/transport/wire"
 )
 
 // Frames queued while the publisher is busy are merged where one continues
@@ -16,7 +16,7 @@ func TestDeltaQueueMergesWhileBusy(t *testing.T) {
 	var got []string
 	first := make(chan struct{})
 	release := make(chan struct{})
-	q := newDeltaQueue(func(f natsbus.DeltaFrame) {
+	q := newDeltaQueue(func(f wire.DeltaFrame) {
 		mu.Lock()
 		n := len(got)
 		got = append(got, fmt.Sprintf("%s/%s/%s%s", f.Type, f.Kind, f.Delta, f.ArgsDelta))
@@ -27,19 +27,19 @@ func TestDeltaQueueMergesWhileBusy(t *testing.T) {
 		}
 	})
 	defer q.close()
-	text := func(kind, s string) natsbus.DeltaFrame {
-		return natsbus.DeltaFrame{Type: natsbus.FrameDelta, Kind: kind, Delta: s, TurnID: "turn_1"}
+	text := func(kind, s string) wire.DeltaFrame {
+		return wire.DeltaFrame{Type: wire.FrameDelta, Kind: kind, Delta: s, TurnID: "turn_1"}
 	}
-	args := func(s string) natsbus.DeltaFrame {
-		return natsbus.DeltaFrame{Type: natsbus.FrameToolCallDelta, ToolCallID: "c1", ToolName: "f", ArgsDelta: s, TurnID: "turn_1"}
+	args := func(s string) wire.DeltaFrame {
+		return wire.DeltaFrame{Type: wire.FrameToolCallDelta, ToolCallID: "c1", ToolName: "f", ArgsDelta: s, TurnID: "turn_1"}
 	}
 	q.add(text("text", "a"))
 	<-first
-	for _, f := range []natsbus.DeltaFrame{
+	for _, f := range []wire.DeltaFrame{
 		text("text", "b"), text("text", "c"), // merged
 		text("reasoning", "r1"), text("reasoning", "r2"), // merged, apart from the text
 		args(`{"x"`), args(`:1}`), // merged
-		{Type: natsbus.FrameRetrying, Attempt: 1, TurnID: "turn_1"},
+		{Type: wire.FrameRetrying, Attempt: 1, TurnID: "turn_1"},
 		text("text", "d"), text("text", "e"),
 	} {
 		q.add(f)
@@ -69,7 +69,7 @@ func TestDeltaQueueBounded(t *testing.T) {
 	frames, bytes := 0, 0
 	first := make(chan struct{})
 	release := make(chan struct{})
-	q := newDeltaQueue(func(f natsbus.DeltaFrame) {
+	q := newDeltaQueue(func(f wire.DeltaFrame) {
 		mu.Lock()
 		frames++
 		bytes += len(f.Delta)
@@ -80,16 +80,16 @@ func TestDeltaQueueBounded(t *testing.T) {
 			<-release
 		}
 	})
-	q.add(natsbus.DeltaFrame{Type: natsbus.FrameDelta, Kind: "text", Delta: "x"})
+	q.add(wire.DeltaFrame{Type: wire.FrameDelta, Kind: "text", Delta: "x"})
 	<-first
 	chunk := strings.Repeat("y", maxMergedDelta/2)
 	for range 3 * maxQueuedFrames {
-		q.add(natsbus.DeltaFrame{Type: natsbus.FrameDelta, Kind: "text", Delta: chunk})
+		q.add(wire.DeltaFrame{Type: wire.FrameDelta, Kind: "text", Delta: chunk})
 	}
 	close(release)
 	q.close()
 	q.close()
-	q.add(natsbus.DeltaFrame{Type: natsbus.FrameDelta, Kind: "text", Delta: "after close"})
+	q.add(wire.DeltaFrame{Type: wire.FrameDelta, Kind: "text", Delta: "after close"})
 	mu.Lock()
 	defer mu.Unlock()
 	if frames != 1+maxQueuedFrames || bytes != 1+maxQueuedFrames*2*len(chunk) {

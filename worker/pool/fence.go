@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/worker/natsbus"
 )
 
@@ -46,7 +47,7 @@ func (t *turn) write(ctx context.Context, w clog.Write) (clog.Appended, error) {
 // AbortHere cancels a submission's turn if it runs in this pool, and waits
 // (within ctx) for it to settle; ok is false when it does not run here.
 // Remote workers answer the log owner's aborts with it.
-func (p *Pool) AbortHere(ctx context.Context, id string) (sub clog.Submission, ok bool, err error) {
+func (p *Pool) AbortHere(ctx context.Context, id string) (sub record.Submission, ok bool, err error) {
 	p.mu.Lock()
 	ts := p.running[id]
 	p.mu.Unlock()
@@ -54,8 +55,8 @@ func (p *Pool) AbortHere(ctx context.Context, id string) (sub clog.Submission, o
 		// Its start may be committed and its turn not registered yet: the
 		// starting runner holds the session's stripe until it is.
 		sub, err := p.cfg.Log.Submission(ctx, id)
-		if err != nil || sub.Status != clog.StatusRunning {
-			return clog.Submission{}, false, nil
+		if err != nil || sub.Status != record.StatusRunning {
+			return record.Submission{}, false, nil
 		}
 		lk := p.stripe(sub.Key)
 		lk.Lock()
@@ -64,7 +65,7 @@ func (p *Pool) AbortHere(ctx context.Context, id string) (sub clog.Submission, o
 		p.mu.Unlock()
 		lk.Unlock()
 		if ts == nil {
-			return clog.Submission{}, false, nil
+			return record.Submission{}, false, nil
 		}
 	}
 	ts.cancel(errAborted)
@@ -79,13 +80,13 @@ func (p *Pool) AbortHere(ctx context.Context, id string) (sub clog.Submission, o
 // settleHeldOrphans settles interrupted the running submissions among
 // pending that no turn of this pool runs, under the session lease ls that
 // this pool holds (so their holder is gone).
-func (p *Pool) settleHeldOrphans(ctx context.Context, key clog.Key, ls *natsbus.Lease, pending []clog.Submission) error {
+func (p *Pool) settleHeldOrphans(ctx context.Context, key record.Key, ls *natsbus.Lease, pending []record.Submission) error {
 	var w clog.Write
 	p.mu.Lock()
 	for _, s := range pending {
-		if s.Status == clog.StatusRunning && p.running[s.ID] == nil && len(w.Settle) < maxTurnSubmissions {
+		if s.Status == record.StatusRunning && p.running[s.ID] == nil && len(w.Settle) < maxTurnSubmissions {
 			f := interruptedFailure
-			w.Settle = append(w.Settle, clog.Settlement{SubmissionID: s.ID, Outcome: clog.OutcomeFailed, Error: &f})
+			w.Settle = append(w.Settle, record.Settlement{SubmissionID: s.ID, Outcome: record.OutcomeFailed, Error: &f})
 		}
 	}
 	p.mu.Unlock()

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/worker"
 	"github.com/convlog/convlog/worker/natsbus"
 	"github.com/convlog/convlog/worker/pool"
@@ -115,15 +116,15 @@ func startRigWith(t *testing.T, dir string, register func(*pool.Registry), o rig
 	return r
 }
 
-func userRecord(text string) clog.Record {
-	p, _ := json.Marshal(clog.MessagePayload{Parts: []clog.Part{{Type: clog.PartText, Text: text}}})
-	return clog.EntryRecord(clog.Entry{Type: clog.EntryUserMessage, Payload: p})
+func userRecord(text string) record.Record {
+	p, _ := json.Marshal(record.MessagePayload{Parts: []record.Part{{Type: record.PartText, Text: text}}})
+	return record.EntryRecord(record.Entry{Type: record.EntryUserMessage, Payload: p})
 }
 
 // admit admits a message and kicks the relay, as the HTTP layer does.
-func (r *rig) admit(t *testing.T, key clog.Key, text string) clog.Submission {
+func (r *rig) admit(t *testing.T, key record.Key, text string) record.Submission {
 	t.Helper()
-	s, _, err := r.db.Admit(context.Background(), clog.Admission{Key: key, Records: []clog.Record{userRecord(text)}})
+	s, _, err := r.db.Admit(context.Background(), clog.Admission{Key: key, Records: []record.Record{userRecord(text)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +133,7 @@ func (r *rig) admit(t *testing.T, key clog.Key, text string) clog.Submission {
 }
 
 // settled waits, without polling, until the submission is terminal.
-func (r *rig) settled(t *testing.T, id string) clog.Submission {
+func (r *rig) settled(t *testing.T, id string) record.Submission {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -159,10 +160,10 @@ func (r *rig) settled(t *testing.T, id string) clog.Submission {
 }
 
 // records reads the whole stream.
-func (r *rig) records(t *testing.T, key clog.Key) []clog.Record {
+func (r *rig) records(t *testing.T, key record.Key) []record.Record {
 	t.Helper()
-	var out []clog.Record
-	off := clog.Start
+	var out []record.Record
+	off := record.Start
 	for {
 		res, err := r.db.Read(context.Background(), key, off, 0)
 		if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/worker"
 	"github.com/convlog/convlog/worker/natsbus"
 	"github.com/convlog/convlog/worker/pool"
@@ -65,14 +66,14 @@ func TestTwoPoolsNeverOverlap(t *testing.T) {
 	defer func() { cancel(); <-done }()
 
 	const sessions, perSession = 4, 30
-	var subs []clog.Submission
+	var subs []record.Submission
 	for i := range perSession {
 		for s := range sessions {
-			subs = append(subs, r.admit(t, clog.Key{Agent: "o", Instance: "i", Session: fmt.Sprint("s", s)}, fmt.Sprint(i)))
+			subs = append(subs, r.admit(t, record.Key{Agent: "o", Instance: "i", Session: fmt.Sprint("s", s)}, fmt.Sprint(i)))
 		}
 	}
 	for _, s := range subs {
-		if got := r.settled(t, s.ID); got.Status != clog.StatusCompleted {
+		if got := r.settled(t, s.ID); got.Status != record.StatusCompleted {
 			t.Fatalf("%+v", got)
 		}
 	}
@@ -99,7 +100,7 @@ func TestLeaseHeldElsewhereLapses(t *testing.T) {
 	// A sweep every 50ms makes the pool retry the held session, so the
 	// test can wait for refusals instead of sleeping.
 	r := startRigWith(t, t.TempDir(), nil, rigOptions{sweep: 50 * time.Millisecond})
-	key := clog.Key{Agent: "echo", Instance: "i", Session: "held"}
+	key := record.Key{Agent: "echo", Instance: "i", Session: "held"}
 	js, err := jetstream.New(r.nc)
 	if err != nil {
 		t.Fatal(err)
@@ -131,7 +132,7 @@ func TestLeaseHeldElsewhereLapses(t *testing.T) {
 	// refused and acted on, so a pool that ran the turn anyway would have.
 	for i := range 3 {
 		_, err := tries.NextMsg(time.Minute)
-		if s, _ := r.db.Submission(ctx, sub.ID); s.Status != clog.StatusAdmitted {
+		if s, _ := r.db.Submission(ctx, sub.ID); s.Status != record.StatusAdmitted {
 			t.Fatalf("ran while another worker held the lease: %+v", s)
 		}
 		if err != nil {
@@ -148,16 +149,16 @@ func TestLeaseHeldElsewhereLapses(t *testing.T) {
 	}
 	r.relay.Kick()
 	next := r.admit(t, key, "and me")
-	if s := r.settled(t, sub.ID); s.Status != clog.StatusCompleted {
+	if s := r.settled(t, sub.ID); s.Status != record.StatusCompleted {
 		t.Fatalf("%+v", s)
 	}
-	if s := r.settled(t, next.ID); s.Status != clog.StatusCompleted {
+	if s := r.settled(t, next.ID); s.Status != record.StatusCompleted {
 		t.Fatalf("%+v", s)
 	}
 }
 
 // putLease writes a session lease as another worker would have.
-func putLease(t *testing.T, r *rig, key clog.Key, owner string) {
+func putLease(t *testing.T, r *rig, key record.Key, owner string) {
 	t.Helper()
 	js, err := jetstream.New(r.nc)
 	if err != nil {
@@ -182,10 +183,10 @@ func putLease(t *testing.T, r *rig, key clog.Key, owner string) {
 // pid: in a container convlog is pid 1 on every start.
 func TestLeaseOfPredecessorTakenAtOnce(t *testing.T) {
 	r := startRigWith(t, t.TempDir(), nil, rigOptions{leaseTTL: time.Hour})
-	key := clog.Key{Agent: "echo", Instance: "i", Session: "mine"}
+	key := record.Key{Agent: "echo", Instance: "i", Session: "mine"}
 	putLease(t, r, key, r.db.InstanceID()+" 01ARZ3NDEKTSV4RRFFQ69G5FAV")
 	sub := r.admit(t, key, "after a restart")
-	if s := r.settled(t, sub.ID); s.Status != clog.StatusCompleted {
+	if s := r.settled(t, sub.ID); s.Status != record.StatusCompleted {
 		t.Fatalf("%+v", s)
 	}
 }
@@ -199,13 +200,13 @@ func TestLeaseOfSameHostnameNotTaken(t *testing.T) {
 		t.Fatal(err)
 	}
 	host, _ := os.Hostname()
-	key := clog.Key{Agent: "echo", Instance: "i", Session: "peer"}
+	key := record.Key{Agent: "echo", Instance: "i", Session: "peer"}
 	pendings := make(chan struct{}, 100)
 	var h *hookedLog
 	r := startRigWith(t, t.TempDir(), nil, rigOptions{leaseTTL: time.Hour, sweep: 20 * time.Millisecond,
 		wrap: func(l pool.Log) pool.Log { h = &hookedLog{Log: l}; return h }})
 	h.mu.Lock()
-	h.onPending = func(k clog.Key) {
+	h.onPending = func(k record.Key) {
 		if k == key {
 			pendings <- struct{}{}
 		}
@@ -227,7 +228,7 @@ func TestLeaseOfSameHostnameNotTaken(t *testing.T) {
 			for range 2 {
 				<-pendings
 			}
-			if s, _ := r.db.Submission(context.Background(), sub.ID); s.Status != clog.StatusAdmitted {
+			if s, _ := r.db.Submission(context.Background(), sub.ID); s.Status != record.StatusAdmitted {
 				t.Fatalf("ran while another worker held the lease: %+v", s)
 			}
 			if _, err := r.pool.Abort(context.Background(), sub.ID); err != nil {
@@ -246,7 +247,7 @@ func TestLeaseOfSameHostnameNotTaken(t *testing.T) {
 // refused, and the first goes on.
 func TestNamespaceOfAnotherFolderRefused(t *testing.T) {
 	r := startRig(t, nil)
-	first := r.admit(t, clog.Key{Agent: "echo", Instance: "i", Session: "s"}, "first")
+	first := r.admit(t, record.Key{Agent: "echo", Instance: "i", Session: "s"}, "first")
 	r.settled(t, first.ID) // the first pool holds the namespace
 	other, err := clog.Open(filepath.Join(t.TempDir(), "log.db"), nil)
 	if err != nil {
@@ -261,8 +262,8 @@ func TestNamespaceOfAnotherFolderRefused(t *testing.T) {
 	if !errors.Is(err, natsbus.ErrNamespaceInUse) || !strings.Contains(err.Error(), r.db.InstanceID()) {
 		t.Fatalf("second folder's pool: %v", err)
 	}
-	next := r.admit(t, clog.Key{Agent: "echo", Instance: "i", Session: "s"}, "still served")
-	if s := r.settled(t, next.ID); s.Status != clog.StatusCompleted {
+	next := r.admit(t, record.Key{Agent: "echo", Instance: "i", Session: "s"}, "still served")
+	if s := r.settled(t, next.ID); s.Status != record.StatusCompleted {
 		t.Fatalf("%+v", s)
 	}
 }

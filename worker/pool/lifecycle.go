@@ -4,7 +4,7 @@ import (
 	"context"
 	"slices"
 
-	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 )
 
 // Quiesce runs fn, a lifecycle change of the sessions keys (a rewind, a
@@ -18,7 +18,7 @@ import (
 //
 // Turns running in another process are not reached: their writes still
 // land after the change. One process per data folder, as today, has none.
-func (p *Pool) Quiesce(ctx context.Context, keys []clog.Key, abortFirst bool, fn func(context.Context) error) error {
+func (p *Pool) Quiesce(ctx context.Context, keys []record.Key, abortFirst bool, fn func(context.Context) error) error {
 	// Stripes in index order, each once: two Quiesce calls never deadlock.
 	idx := make([]int, 0, len(keys))
 	for _, k := range keys {
@@ -60,7 +60,7 @@ func (p *Pool) Quiesce(ctx context.Context, keys []clog.Key, abortFirst bool, fn
 }
 
 // runningOf is the turns running here for keys.
-func (p *Pool) runningOf(keys []clog.Key) []*turnState {
+func (p *Pool) runningOf(keys []record.Key) []*turnState {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var out []*turnState
@@ -72,7 +72,7 @@ func (p *Pool) runningOf(keys []clog.Key) []*turnState {
 	return out
 }
 
-func (p *Pool) stripeIndex(key clog.Key) int {
+func (p *Pool) stripeIndex(key record.Key) int {
 	for i := range p.stripes {
 		if &p.stripes[i] == p.stripe(key) {
 			return i

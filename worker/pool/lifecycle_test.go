@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/worker/pool"
 )
 
@@ -15,18 +16,18 @@ import (
 func TestQuiesce(t *testing.T) {
 	b := &blocker{started: make(chan string, 10), release: make(chan struct{})}
 	r := startRig(t, func(reg *pool.Registry) { reg.Register("slow", b, "") })
-	key := clog.Key{Agent: "slow", Instance: "i", Session: "s"}
+	key := record.Key{Agent: "slow", Instance: "i", Session: "s"}
 	running := r.admit(t, key, "one")
 	<-b.started
 	queued := r.admit(t, key, "two")
 	ctx := context.Background()
-	err := r.pool.Quiesce(ctx, []clog.Key{key}, true, func(ctx context.Context) error {
+	err := r.pool.Quiesce(ctx, []record.Key{key}, true, func(ctx context.Context) error {
 		s, err := r.db.Submission(ctx, running.ID)
-		if err != nil || s.Status != clog.StatusAborted {
+		if err != nil || s.Status != record.StatusAborted {
 			t.Errorf("inside: the running submission is %+v %v", s, err)
 		}
 		// Still admitted: no turn started it while the change ran.
-		if s, _ := r.db.Submission(ctx, queued.ID); s.Status != clog.StatusAdmitted {
+		if s, _ := r.db.Submission(ctx, queued.ID); s.Status != record.StatusAdmitted {
 			t.Errorf("inside: the queued submission is %+v", s)
 		}
 		_, _, err = r.db.Change(ctx, clog.Change{Kind: clog.ChangeRewind, Key: key, EntryID: running.EntryID})
@@ -35,7 +36,7 @@ func TestQuiesce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := r.settled(t, queued.ID); s.Status != clog.StatusAborted || s.Error.Code != "rewound" {
+	if s := r.settled(t, queued.ID); s.Status != record.StatusAborted || s.Error.Code != "rewound" {
 		t.Fatalf("queued after the rewind: %+v", s)
 	}
 
@@ -43,8 +44,8 @@ func TestQuiesce(t *testing.T) {
 	// is cancelled.
 	next := r.admit(t, key, "three")
 	<-b.started
-	err = r.pool.Quiesce(ctx, []clog.Key{key}, false, func(ctx context.Context) error {
-		if s, _ := r.db.Submission(ctx, next.ID); s.Status != clog.StatusRunning {
+	err = r.pool.Quiesce(ctx, []record.Key{key}, false, func(ctx context.Context) error {
+		if s, _ := r.db.Submission(ctx, next.ID); s.Status != record.StatusRunning {
 			t.Errorf("inside: %+v", s)
 		}
 		_, err := r.db.Reset(ctx, key)
@@ -53,7 +54,7 @@ func TestQuiesce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := r.settled(t, next.ID); s.Status != clog.StatusAborted || s.Error.Code != "stream_reset" {
+	if s := r.settled(t, next.ID); s.Status != record.StatusAborted || s.Error.Code != "stream_reset" {
 		t.Fatalf("after the reset: %+v", s)
 	}
 }

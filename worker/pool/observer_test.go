@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/convlog/convlog/internal/check"
-	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/worker/pool"
 )
 
@@ -22,7 +22,7 @@ type observer struct {
 	lost  int
 }
 
-func (o *observer) TurnEnded(agent string, outcome clog.Outcome, d time.Duration) {
+func (o *observer) TurnEnded(agent string, outcome record.Outcome, d time.Duration) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if d <= 0 {
@@ -53,14 +53,14 @@ func TestObserverSeesTurnsRunningAndLeaseLoss(t *testing.T) {
 		observer: obs,
 		leaseTTL: 600 * time.Millisecond, // renewed every 200 ms
 	})
-	key := clog.Key{Agent: "block", Instance: "i", Session: "s"}
+	key := record.Key{Agent: "block", Instance: "i", Session: "s"}
 	sub := r.admit(t, key, "one")
 	<-b.started
 	if turns, subs := r.pool.Running(); turns != 1 || subs != 1 {
 		t.Fatalf("running %d turns, %d submissions; want 1 and 1", turns, subs)
 	}
 	b.release <- struct{}{}
-	if got := r.settled(t, sub.ID); got.Status != clog.StatusCompleted {
+	if got := r.settled(t, sub.ID); got.Status != record.StatusCompleted {
 		t.Fatalf("settled %+v", got)
 	}
 
@@ -79,7 +79,7 @@ func TestObserverSeesTurnsRunningAndLeaseLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := r.settled(t, sub.ID)
-	if got.Status != clog.StatusFailed || got.Error == nil || got.Error.Code != "lease_lost" {
+	if got.Status != record.StatusFailed || got.Error == nil || got.Error.Code != "lease_lost" {
 		t.Fatalf("settled %+v %+v", got, got.Error)
 	}
 	// The settlement is committed just before the turn reports its end

@@ -17,19 +17,20 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/worker/natsbus"
 )
 
 // Log is what the pool needs of the log; *log.DB is one.
 type Log interface {
 	natsbus.Outbox
-	Submission(ctx context.Context, id string) (clog.Submission, error)
+	Submission(ctx context.Context, id string) (record.Submission, error)
 	// PendingFirst is the session's first limit unsettled submissions.
-	PendingFirst(ctx context.Context, key clog.Key, limit int) ([]clog.Submission, error)
-	UnsettledPage(ctx context.Context, cursor clog.ScanCursor, limit int) ([]clog.Submission, clog.ScanCursor, error)
-	Read(ctx context.Context, key clog.Key, offset clog.Offset, limit int) (clog.ReadResult, error)
+	PendingFirst(ctx context.Context, key record.Key, limit int) ([]record.Submission, error)
+	UnsettledPage(ctx context.Context, cursor clog.ScanCursor, limit int) ([]record.Submission, clog.ScanCursor, error)
+	Read(ctx context.Context, key record.Key, offset record.Offset, limit int) (record.ReadResult, error)
 	Write(ctx context.Context, w clog.Write) (clog.Appended, error)
-	Tail(ctx context.Context, key clog.Key) (clog.Incarnation, clog.Offset, error)
+	Tail(ctx context.Context, key record.Key) (record.Incarnation, record.Offset, error)
 	// InstanceID names the log's data folder (log.DB.InstanceID).
 	InstanceID() string
 }
@@ -49,6 +50,10 @@ type Config struct {
 	// LeaseTTL is how long the session lease of a dead worker lasts.
 	// Default DefaultLeaseTTL.
 	LeaseTTL time.Duration
+	// Linger is how long an idle runner keeps its session's lease, so that
+	// the next message of a conversation in progress starts its turn in
+	// its admission's own commit. Default DefaultLinger.
+	Linger time.Duration
 	// SweepInterval is how often the pool looks in the log for admitted
 	// submissions whose doorbell was lost. Default 10s.
 	SweepInterval time.Duration
@@ -71,7 +76,7 @@ type Config struct {
 type Observer interface {
 	// TurnEnded reports a settled turn of agent: its outcome and how long
 	// it took from its start to its settlement.
-	TurnEnded(agent string, outcome clog.Outcome, d time.Duration)
+	TurnEnded(agent string, outcome record.Outcome, d time.Duration)
 	// LeaseLost reports a turn stopped because its session lease could
 	// not be renewed.
 	LeaseLost()
@@ -108,11 +113,11 @@ type Pool struct {
 	stopCh chan struct{} // closed when the pool stops taking work
 
 	mu       sync.Mutex
-	sessions map[clog.Key]*session // sessions with a runner goroutine
-	running  map[string]*turnState // submission id -> its running turn
-	started  bool                  // leases open, recovery done: turns may run
-	startErr error                 // why not started yet
-	early    map[clog.Key]bool     // doorbells rung before started
+	sessions map[record.Key]*session // sessions with a runner goroutine
+	running  map[string]*turnState   // submission id -> its running turn
+	started  bool                    // leases open, recovery done: turns may run
+	startErr error                   // why not started yet
+	early    map[record.Key]bool     // doorbells rung before started
 	stopping bool
 	runners  sync.WaitGroup
 
@@ -126,19 +131,19 @@ type session struct {
 	again bool          // work arrived while the runner was busy
 	wake  chan struct{} // rung with again, for a runner lingering idle
 
-	lingering bool                  // idle, holding the lease
-	claimed   bool                  // a delivery is being admitted to start here
-	handoff   chan *clog.Submission // the claimed admission, once committed
+	lingering bool                    // idle, holding the lease
+	claimed   bool                    // a delivery is being admitted to start here
+	handoff   chan *record.Submission // the claimed admission, once committed
 }
 
-// leaseLinger is how long an idle runner keeps its session's lease, so
-// that the next message of a conversation in progress starts its turn
-// without acquiring it again.
-const leaseLinger = 500 * time.Millisecond
+// DefaultLinger is Config.Linger's default: long enough for a person's or
+// a script's next message right after a reply, short enough that an idle
+// conversation soon holds no goroutine and no lease.
+const DefaultLinger = 500 * time.Millisecond
 
 type turnState struct {
 	id     string
-	key    clog.Key
+	key    record.Key
 	ids    []string // the submissions it answers
 	cancel context.CancelCauseFunc
 	done   chan struct{}
@@ -171,6 +176,9 @@ func NewPool(cfg Config) (*Pool, error) {
 	if cfg.LeaseTTL <= 0 {
 		cfg.LeaseTTL = natsbus.DefaultLeaseTTL
 	}
+	if cfg.Linger <= 0 {
+		cfg.Linger = DefaultLinger
+	}
 	if cfg.SweepInterval <= 0 {
 		cfg.SweepInterval = 10 * time.Second
 	}
@@ -185,7 +193,7 @@ func NewPool(cfg Config) (*Pool, error) {
 	return &Pool{
 		cfg: cfg, logger: cfg.Logger, js: js,
 		turnsCtx: ctx, cancelTurns: cancel,
-		sessions: map[clog.Key]*session{},
+		sessions: map[record.Key]*session{},
 		stopCh:   make(chan struct{}),
 		running:  map[string]*turnState{},
 		seed:     maphash.MakeSeed(),
@@ -205,7 +213,7 @@ func (p *Pool) Run(ctx context.Context) (err error) {
 	// The broker may be down: admission does not need it, so the pool
 	// waits for it (readiness says so) instead of failing the service.
 	var cons jetstream.Consumer
-	var admitted []clog.Key
+	var admitted []record.Key
 	start := func() (err error) {
 		cons, admitted, err = p.start(ctx)
 		return err
@@ -300,7 +308,7 @@ func (p *Pool) keepClaim(ctx context.Context, lost chan<- error) {
 
 // start sets up the stream, the consumer and the lease bucket and recovers
 // what a dead process left; it returns the sessions with admitted work.
-func (p *Pool) start(ctx context.Context) (jetstream.Consumer, []clog.Key, error) {
+func (p *Pool) start(ctx context.Context) (jetstream.Consumer, []record.Key, error) {
 	// The broker carries out a stream or bucket creation even when its
 	// caller gives up, so a stop during setup does not cancel these calls
 	// (it waits up to setupTimeout for them): a stop that did would shut
@@ -374,9 +382,9 @@ func (p *Pool) drain() error {
 // what runs; the message only says where to look.
 func (p *Pool) handle(msg jetstream.Msg) {
 	var m natsbus.SubmissionMsg
-	key := clog.Key{}
+	key := record.Key{}
 	if err := json.Unmarshal(msg.Data(), &m); err == nil {
-		key = clog.Key{Agent: m.Agent, Instance: m.Instance, Session: m.Session}
+		key = record.Key{Agent: m.Agent, Instance: m.Instance, Session: m.Session}
 	}
 	if m.SubmissionID == "" || key.Validate() != nil {
 		p.logger.Warn("worker: dropping malformed submission message", "subject", msg.Subject())
@@ -394,7 +402,7 @@ func (p *Pool) handle(msg jetstream.Msg) {
 type Claim struct {
 	turnID  string
 	s       *session
-	started clog.Submission
+	started record.Submission
 	once    sync.Once
 }
 
@@ -408,7 +416,7 @@ func (c *Claim) TurnID() string {
 
 // Started records the admission's outcome: the committed submission, which
 // runs here only if the admission started it with this claim's turn id.
-func (c *Claim) Started(sub clog.Submission) {
+func (c *Claim) Started(sub record.Submission) {
 	if c == nil || c.s == nil {
 		return
 	}
@@ -422,8 +430,8 @@ func (c *Claim) Release() {
 	}
 	c.once.Do(func() {
 		sub := c.started
-		if sub.Status != clog.StatusRunning || sub.TurnID != c.turnID {
-			sub = clog.Submission{} // not started here: the runner just goes on
+		if sub.Status != record.StatusRunning || sub.TurnID != c.turnID {
+			sub = record.Submission{} // not started here: the runner just goes on
 		}
 		c.s.handoff <- &sub // buffered: never blocks, even if the runner left
 	})
@@ -434,7 +442,7 @@ func (c *Claim) Release() {
 // lease), the Claim carries a turn id for log.Admission.StartTurn and the
 // runner runs the turn without a second commit before the agent.
 // Otherwise it offers nothing (nil) and the delivery is admitted as usual.
-func (p *Pool) Claim(key clog.Key) conversation.Claim {
+func (p *Pool) Claim(key record.Key) conversation.Claim {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := p.sessions[key]
@@ -445,8 +453,17 @@ func (p *Pool) Claim(key clog.Key) conversation.Claim {
 	return &Claim{turnID: "turn_" + ulid.Make().String(), s: s}
 }
 
+// Idle reports whether this pool holds key's session idle, its runner
+// lingering with the lease: a delivery to it now starts in its admission.
+func (p *Pool) Idle(key record.Key) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.sessions[key]
+	return s != nil && s.lingering && !s.claimed
+}
+
 // dispatch makes sure key's runner goroutine is running.
-func (p *Pool) dispatch(key clog.Key) {
+func (p *Pool) dispatch(key record.Key) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.stopping {
@@ -454,7 +471,7 @@ func (p *Pool) dispatch(key clog.Key) {
 	}
 	if !p.started {
 		if p.early == nil {
-			p.early = map[clog.Key]bool{}
+			p.early = map[record.Key]bool{}
 		}
 		p.early[key] = true
 		return
@@ -467,7 +484,7 @@ func (p *Pool) dispatch(key clog.Key) {
 		}
 		return
 	}
-	s := &session{wake: make(chan struct{}, 1), handoff: make(chan *clog.Submission, 1)}
+	s := &session{wake: make(chan struct{}, 1), handoff: make(chan *record.Submission, 1)}
 	p.sessions[key] = s
 	p.runners.Add(1)
 	go p.runSession(key, s)
@@ -475,11 +492,11 @@ func (p *Pool) dispatch(key clog.Key) {
 
 // runSession runs the session's turns one after another while it has
 // admitted submissions; an idle session has no goroutine.
-func (p *Pool) runSession(key clog.Key, s *session) {
+func (p *Pool) runSession(key record.Key, s *session) {
 	defer p.runners.Done()
 	var held heldLease // kept across consecutive turns
 	defer held.release(p, key)
-	var claim *clog.Submission
+	var claim *record.Submission
 	for {
 		ran, err := p.nextTurn(key, &held, claim)
 		claim = nil
@@ -505,11 +522,11 @@ func (p *Pool) runSession(key clog.Key, s *session) {
 	}
 }
 
-// linger waits up to leaseLinger, holding the lease, for the session's
+// linger waits up to Config.Linger, holding the lease, for the session's
 // next message: a claimed admission to run (claim), or a doorbell (woke).
-func (p *Pool) linger(s *session) (claim *clog.Submission, woke bool) {
+func (p *Pool) linger(s *session) (claim *record.Submission, woke bool) {
 	p.setLingering(s, true)
-	t := time.NewTimer(leaseLinger)
+	t := time.NewTimer(p.cfg.Linger)
 	defer t.Stop()
 	select {
 	case <-s.wake:
@@ -552,7 +569,7 @@ func (p *Pool) setLingering(s *session, on bool) (claimed bool) {
 // pool is stopping, the turn failed, or there is nothing more to do. A
 // stopping runner leaves the session map in the same critical section, so
 // a doorbell rung after it starts a new runner.
-func (p *Pool) runnerDone(key clog.Key, s *session, ran bool, err error) bool {
+func (p *Pool) runnerDone(key record.Key, s *session, ran bool, err error) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.stopping || err != nil || (!ran && !s.again) {
@@ -563,7 +580,7 @@ func (p *Pool) runnerDone(key clog.Key, s *session, ran bool, err error) bool {
 	return false
 }
 
-func (p *Pool) stripe(key clog.Key) *sync.Mutex {
+func (p *Pool) stripe(key record.Key) *sync.Mutex {
 	return &p.stripes[maphash.String(p.seed, key.String())%uint64(len(p.stripes))]
 }
 
@@ -571,7 +588,7 @@ func (p *Pool) stripe(key clog.Key) *sync.Mutex {
 // was lost (NATS down when it was due, a message dropped, a lease held by a
 // worker that died), and settles turns orphaned by dead workers.
 func (p *Pool) sweep(ctx context.Context) {
-	err := p.scanUnsettled(ctx, func(s clog.Submission) { p.dispatch(s.Key) })
+	err := p.scanUnsettled(ctx, func(s record.Submission) { p.dispatch(s.Key) })
 	if err != nil && ctx.Err() == nil {
 		p.logger.Warn("worker: sweep", "err", err)
 	}
@@ -580,8 +597,8 @@ func (p *Pool) sweep(ctx context.Context) {
 // scanUnsettled pages through every unsettled submission: it settles the
 // orphans of each page and calls admitted once per session with admitted
 // submissions. A backlog of any size is covered, a page at a time.
-func (p *Pool) scanUnsettled(ctx context.Context, admitted func(clog.Submission)) error {
-	seen := map[clog.Key]bool{}
+func (p *Pool) scanUnsettled(ctx context.Context, admitted func(record.Submission)) error {
+	seen := map[record.Key]bool{}
 	var cursor clog.ScanCursor
 	var orphanErr error // the rest of the scan is still worth doing
 	for {
@@ -593,7 +610,7 @@ func (p *Pool) scanUnsettled(ctx context.Context, admitted func(clog.Submission)
 			orphanErr = err
 		}
 		for _, s := range subs {
-			if s.Status == clog.StatusAdmitted && !seen[s.Key] {
+			if s.Status == record.StatusAdmitted && !seen[s.Key] {
 				seen[s.Key] = true
 				admitted(s)
 			}
@@ -607,7 +624,7 @@ func (p *Pool) scanUnsettled(ctx context.Context, admitted func(clog.Submission)
 
 // interruptedFailure is the failure of a turn cut short by its process
 // stopping or dying.
-var interruptedFailure = clog.Failure{
+var interruptedFailure = record.Failure{
 	Code:      "interrupted",
 	Message:   "the service stopped while the turn was running; the submission was not re-run",
 	Retryable: true,
@@ -615,9 +632,9 @@ var interruptedFailure = clog.Failure{
 
 // recover settles what a dead process left running, and returns the
 // sessions that have admitted submissions waiting.
-func (p *Pool) recover(ctx context.Context) ([]clog.Key, error) {
-	var admitted []clog.Key
-	err := p.scanUnsettled(ctx, func(s clog.Submission) { admitted = append(admitted, s.Key) })
+func (p *Pool) recover(ctx context.Context) ([]record.Key, error) {
+	var admitted []record.Key
+	err := p.scanUnsettled(ctx, func(s record.Submission) { admitted = append(admitted, s.Key) })
 	if err != nil {
 		return nil, fmt.Errorf("recover: %w", err)
 	}
@@ -629,11 +646,11 @@ func (p *Pool) recover(ctx context.Context) ([]clog.Key, error) {
 // session's lease free (a holder settles before it releases, so a free
 // lease on a running submission means its holder died). It is never
 // re-run: agents have side effects.
-func (p *Pool) settleOrphans(ctx context.Context, subs []clog.Submission) error {
-	running := map[clog.Key][]string{}
+func (p *Pool) settleOrphans(ctx context.Context, subs []record.Submission) error {
+	running := map[record.Key][]string{}
 	p.mu.Lock()
 	for _, s := range subs {
-		if s.Status == clog.StatusRunning && p.running[s.ID] == nil {
+		if s.Status == record.StatusRunning && p.running[s.ID] == nil {
 			running[s.Key] = append(running[s.Key], s.ID)
 		}
 	}
@@ -660,7 +677,7 @@ func (p *Pool) settleOrphans(ctx context.Context, subs []clog.Submission) error 
 
 // settleOrphansOf settles one session's orphans under its lease, in writes
 // small enough for one batch.
-func (p *Pool) settleOrphansOf(ctx context.Context, key clog.Key, ids []string) error {
+func (p *Pool) settleOrphansOf(ctx context.Context, key record.Key, ids []string) error {
 	lk := p.stripe(key)
 	lk.Lock()
 	defer lk.Unlock()
@@ -680,7 +697,7 @@ func (p *Pool) settleOrphansOf(ctx context.Context, key clog.Key, ids []string) 
 		w := clog.Write{Key: key}
 		for _, id := range chunk {
 			f := interruptedFailure
-			w.Settle = append(w.Settle, clog.Settlement{SubmissionID: id, Outcome: clog.OutcomeFailed, Error: &f})
+			w.Settle = append(w.Settle, record.Settlement{SubmissionID: id, Outcome: record.OutcomeFailed, Error: &f})
 		}
 		_, err := p.write(ctx, ls, 0, w)
 		switch {
@@ -698,17 +715,17 @@ func (p *Pool) settleOrphansOf(ctx context.Context, key clog.Key, ids []string) 
 // Abort ends a submission: one not yet started is settled aborted at once;
 // a running one has its turn cancelled, and Abort waits (within ctx) for the
 // turn to settle. A settled submission is ErrSubmissionSettled.
-func (p *Pool) Abort(ctx context.Context, id string) (clog.Submission, error) {
+func (p *Pool) Abort(ctx context.Context, id string) (record.Submission, error) {
 	sub, err := p.cfg.Log.Submission(ctx, id)
 	if err != nil {
-		return clog.Submission{}, err
+		return record.Submission{}, err
 	}
 	lk := p.stripe(sub.Key)
 	lk.Lock()
 	// Under the stripe no turn of this session can start: re-read.
 	if sub, err = p.cfg.Log.Submission(ctx, id); err != nil {
 		lk.Unlock()
-		return clog.Submission{}, err
+		return record.Submission{}, err
 	}
 	p.mu.Lock()
 	ts := p.running[id]
@@ -717,7 +734,7 @@ func (p *Pool) Abort(ctx context.Context, id string) (clog.Submission, error) {
 	case sub.Status.Terminal():
 		lk.Unlock()
 		return sub, fmt.Errorf("abort %s: %w", id, clog.ErrSubmissionSettled)
-	case sub.Status == clog.StatusRunning && ts != nil:
+	case sub.Status == record.StatusRunning && ts != nil:
 		lk.Unlock()
 		ts.cancel(errAborted)
 		select {
@@ -728,13 +745,13 @@ func (p *Pool) Abort(ctx context.Context, id string) (clog.Submission, error) {
 	default:
 		// Admitted, or running with no turn in this process (left by a
 		// crash before recovery saw it): settle it here.
-		_, err := p.cfg.Log.Write(ctx, clog.Write{Key: sub.Key, Settle: []clog.Settlement{{
-			SubmissionID: id, Outcome: clog.OutcomeAborted,
-			Error: &clog.Failure{Code: "aborted", Message: "aborted before it ran"},
+		_, err := p.cfg.Log.Write(ctx, clog.Write{Key: sub.Key, Settle: []record.Settlement{{
+			SubmissionID: id, Outcome: record.OutcomeAborted,
+			Error: &record.Failure{Code: "aborted", Message: "aborted before it ran"},
 		}}})
 		lk.Unlock()
 		if err != nil {
-			return clog.Submission{}, fmt.Errorf("abort %s: %w", id, err)
+			return record.Submission{}, fmt.Errorf("abort %s: %w", id, err)
 		}
 		return p.cfg.Log.Submission(ctx, id)
 	}

@@ -12,17 +12,18 @@ import (
 	"time"
 
 	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
+	"github.com/convlog/convlog/transport/wire"
 	"github.com/convlog/convlog/worker"
-	"github.com/convlog/convlog/worker/natsbus"
 	"github.com/convlog/convlog/worker/pool"
 )
 
 func TestEchoTurn(t *testing.T) {
 	r := startRig(t, nil)
-	key := clog.Key{Agent: "echo", Instance: "i1", Session: "s1"}
+	key := record.Key{Agent: "echo", Instance: "i1", Session: "s1"}
 	sub := r.admit(t, key, "hello there  world")
 	got := r.settled(t, sub.ID)
-	if got.Status != clog.StatusCompleted || got.TurnID == "" {
+	if got.Status != record.StatusCompleted || got.TurnID == "" {
 		t.Fatalf("settled %+v", got)
 	}
 	recs := r.records(t, key)
@@ -33,7 +34,7 @@ func TestEchoTurn(t *testing.T) {
 	if strings.Join(types, ",") != "user_message,assistant_message,settlement" {
 		t.Fatalf("types %v", types)
 	}
-	var msg clog.MessagePayload
+	var msg record.MessagePayload
 	json.Unmarshal(recs[1].Entry.Payload, &msg)
 	if len(msg.Parts) != 1 || msg.Parts[0].Text != "hello there  world" {
 		t.Fatalf("assistant %+v", msg)
@@ -67,7 +68,7 @@ func (b *blocker) Invoke(ctx context.Context, _ worker.Scope, p worker.Prompt) i
 func TestBusySessionAnsweredTogether(t *testing.T) {
 	b := &blocker{started: make(chan string, 10), release: make(chan struct{})}
 	r := startRig(t, func(reg *pool.Registry) { reg.Register("slow", b, "") })
-	key := clog.Key{Agent: "slow", Instance: "i", Session: "s"}
+	key := record.Key{Agent: "slow", Instance: "i", Session: "s"}
 	first := r.admit(t, key, "one")
 	if p := <-b.started; p != "one" {
 		t.Fatalf("first prompt %q", p)
@@ -75,7 +76,7 @@ func TestBusySessionAnsweredTogether(t *testing.T) {
 	second := r.admit(t, key, "two")
 	third := r.admit(t, key, "three")
 	b.release <- struct{}{}
-	if s := r.settled(t, first.ID); s.Status != clog.StatusCompleted || s.AnsweredBySubmissionID != "" {
+	if s := r.settled(t, first.ID); s.Status != record.StatusCompleted || s.AnsweredBySubmissionID != "" {
 		t.Fatalf("first %+v", s)
 	}
 	// The next turn answers both queued submissions at once.
@@ -84,7 +85,7 @@ func TestBusySessionAnsweredTogether(t *testing.T) {
 	}
 	b.release <- struct{}{}
 	s2, s3 := r.settled(t, second.ID), r.settled(t, third.ID)
-	if s2.Status != clog.StatusCompleted || s3.AnsweredBySubmissionID != second.ID || s2.TurnID != s3.TurnID {
+	if s2.Status != record.StatusCompleted || s3.AnsweredBySubmissionID != second.ID || s2.TurnID != s3.TurnID {
 		t.Fatalf("second %+v third %+v", s2, s3)
 	}
 }
@@ -112,15 +113,15 @@ func TestTurnsInOrderNeverConcurrent(t *testing.T) {
 	})
 	r := startRig(t, func(reg *pool.Registry) { reg.Register("count", agent, "") })
 	const sessions, perSession = 8, 25
-	var subs []clog.Submission
+	var subs []record.Submission
 	for i := range perSession {
 		for s := range sessions {
-			key := clog.Key{Agent: "count", Instance: "i", Session: fmt.Sprint("s", s)}
+			key := record.Key{Agent: "count", Instance: "i", Session: fmt.Sprint("s", s)}
 			subs = append(subs, r.admit(t, key, fmt.Sprint(i)))
 		}
 	}
 	for _, s := range subs {
-		if got := r.settled(t, s.ID); got.Status != clog.StatusCompleted {
+		if got := r.settled(t, s.ID); got.Status != record.StatusCompleted {
 			t.Fatalf("%+v", got)
 		}
 	}
@@ -145,28 +146,28 @@ func TestAgentFailures(t *testing.T) {
 	cases := []struct {
 		name  string
 		agent worker.AgentFunc
-		want  clog.Failure
+		want  record.Failure
 	}{
 		{"failed event", func(ctx context.Context, _ worker.Scope, _ worker.Prompt) iter.Seq[worker.Event] {
 			return func(yield func(worker.Event) bool) {
 				yield(worker.Text("partial"))
 				yield(worker.Failed("model overloaded", true, "overloaded"))
 			}
-		}, clog.Failure{Code: "overloaded", Message: "model overloaded", Retryable: true}},
+		}, record.Failure{Code: "overloaded", Message: "model overloaded", Retryable: true}},
 		{"no terminal", func(ctx context.Context, _ worker.Scope, _ worker.Prompt) iter.Seq[worker.Event] {
 			return func(yield func(worker.Event) bool) { yield(worker.Text("x")) }
-		}, clog.Failure{Code: "agent_protocol", Retryable: true}},
+		}, record.Failure{Code: "agent_protocol", Retryable: true}},
 		{"panic", func(ctx context.Context, _ worker.Scope, _ worker.Prompt) iter.Seq[worker.Event] {
 			return func(yield func(worker.Event) bool) { panic("boom") }
-		}, clog.Failure{Code: "agent_panic"}},
+		}, record.Failure{Code: "agent_panic"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			r := startRig(t, func(reg *pool.Registry) { reg.Register("bad", tc.agent, "") })
-			key := clog.Key{Agent: "bad", Instance: "i", Session: "s"}
+			key := record.Key{Agent: "bad", Instance: "i", Session: "s"}
 			sub := r.admit(t, key, "x")
 			got := r.settled(t, sub.ID)
-			if got.Status != clog.StatusFailed || got.Error == nil || got.Error.Code != tc.want.Code || got.Error.Retryable != tc.want.Retryable ||
+			if got.Status != record.StatusFailed || got.Error == nil || got.Error.Code != tc.want.Code || got.Error.Retryable != tc.want.Retryable ||
 				(tc.want.Message != "" && got.Error.Message != tc.want.Message) {
 				t.Fatalf("settled %+v %+v", got, got.Error)
 			}
@@ -192,7 +193,7 @@ func TestToolCallsRecordedAsTheyComplete(t *testing.T) {
 		}
 	})
 	r := startRig(t, func(reg *pool.Registry) { reg.Register("tools", agent, "") })
-	key := clog.Key{Agent: "tools", Instance: "i", Session: "s"}
+	key := record.Key{Agent: "tools", Instance: "i", Session: "s"}
 	sub := r.admit(t, key, "find x")
 	r.settled(t, sub.ID)
 	recs := r.records(t, key)
@@ -203,31 +204,31 @@ func TestToolCallsRecordedAsTheyComplete(t *testing.T) {
 	if strings.Join(types, ",") != "user_message,assistant_message,tool_result,assistant_message,settlement" {
 		t.Fatalf("types %v", types)
 	}
-	var first, last clog.MessagePayload
+	var first, last record.MessagePayload
 	json.Unmarshal(recs[1].Entry.Payload, &first)
 	json.Unmarshal(recs[3].Entry.Payload, &last)
-	if len(first.Parts) != 3 || first.Parts[0].Type != clog.PartReasoning || first.Parts[2].Type != clog.PartToolCall {
+	if len(first.Parts) != 3 || first.Parts[0].Type != record.PartReasoning || first.Parts[2].Type != record.PartToolCall {
 		t.Fatalf("first message %+v", first)
 	}
-	var result clog.ToolResultPayload
+	var result record.ToolResultPayload
 	json.Unmarshal(recs[2].Entry.Payload, &result)
 	if result.ToolCallID != "c1" || result.ToolName != "search" || string(result.Output) != `["r1"]` {
 		t.Fatalf("tool result %+v", result)
 	}
-	if len(last.Parts) != 2 || last.Parts[0].Text != "Found r1." || last.Parts[1].Type != clog.PartData {
+	if len(last.Parts) != 2 || last.Parts[0].Text != "Found r1." || last.Parts[1].Type != record.PartData {
 		t.Fatalf("last message %+v", last)
 	}
 }
 
 func TestDeltasReachFollowers(t *testing.T) {
 	r := startRig(t, nil)
-	key := clog.Key{Agent: "echo", Instance: "i.with.dots", Session: "s"}
+	key := record.Key{Agent: "echo", Instance: "i.with.dots", Session: "s"}
 	cur, err := r.bus.FollowDeltas(key)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cur.Close()
-	other, _ := r.bus.FollowDeltas(clog.Key{Agent: "echo", Instance: "i", Session: "elsewhere"})
+	other, _ := r.bus.FollowDeltas(record.Key{Agent: "echo", Instance: "i", Session: "elsewhere"})
 	defer other.Close()
 	sub := r.admit(t, key, "a b c")
 	r.settled(t, sub.ID)
@@ -236,8 +237,8 @@ func TestDeltasReachFollowers(t *testing.T) {
 		select {
 		case <-cur.Ready():
 			for _, f := range cur.Next(nil) {
-				var fr natsbus.DeltaFrame
-				if err := json.Unmarshal(f, &fr); err != nil || fr.Type != natsbus.FrameDelta || fr.SubmissionID != sub.ID {
+				var fr wire.DeltaFrame
+				if err := json.Unmarshal(f, &fr); err != nil || fr.Type != wire.FrameDelta || fr.SubmissionID != sub.ID {
 					t.Fatalf("frame %s %v", f, err)
 				}
 				text.WriteString(fr.Delta)
@@ -254,19 +255,19 @@ func TestDeltasReachFollowers(t *testing.T) {
 func TestAbort(t *testing.T) {
 	b := &blocker{started: make(chan string, 10), release: make(chan struct{})}
 	r := startRig(t, func(reg *pool.Registry) { reg.Register("slow", b, "") })
-	key := clog.Key{Agent: "slow", Instance: "i", Session: "s"}
+	key := record.Key{Agent: "slow", Instance: "i", Session: "s"}
 	running := r.admit(t, key, "one")
 	<-b.started
 	queued := r.admit(t, key, "two")
 
 	// Not started: settled aborted without running.
 	got, err := r.pool.Abort(context.Background(), queued.ID)
-	if err != nil || got.Status != clog.StatusAborted {
+	if err != nil || got.Status != record.StatusAborted {
 		t.Fatalf("abort queued: %+v %v", got, err)
 	}
 	// Running: the turn is cancelled and settles aborted.
 	got, err = r.pool.Abort(context.Background(), running.ID)
-	if err != nil || got.Status != clog.StatusAborted {
+	if err != nil || got.Status != record.StatusAborted {
 		t.Fatalf("abort running: %+v %v", got, err)
 	}
 	if _, err := r.pool.Abort(context.Background(), running.ID); !errors.Is(err, clog.ErrSubmissionSettled) {
@@ -278,7 +279,7 @@ func TestAbort(t *testing.T) {
 		t.Fatalf("prompt after abort %q", p)
 	}
 	b.release <- struct{}{}
-	if s := r.settled(t, next.ID); s.Status != clog.StatusCompleted {
+	if s := r.settled(t, next.ID); s.Status != record.StatusCompleted {
 		t.Fatalf("%+v", s)
 	}
 }
@@ -289,7 +290,7 @@ func TestAbort(t *testing.T) {
 func TestResetUnderRunningTurn(t *testing.T) {
 	b := &blocker{started: make(chan string, 10), release: make(chan struct{})}
 	r := startRig(t, func(reg *pool.Registry) { reg.Register("slow", b, "") })
-	key := clog.Key{Agent: "slow", Instance: "i", Session: "s"}
+	key := record.Key{Agent: "slow", Instance: "i", Session: "s"}
 	sub := r.admit(t, key, "one")
 	<-b.started
 	inc, err := r.db.Reset(context.Background(), key)
@@ -301,14 +302,14 @@ func TestResetUnderRunningTurn(t *testing.T) {
 	next := r.admit(t, key, "two")
 	<-b.started
 	b.release <- struct{}{}
-	if s := r.settled(t, next.ID); s.Status != clog.StatusCompleted {
+	if s := r.settled(t, next.ID); s.Status != record.StatusCompleted {
 		t.Fatalf("next %+v", s)
 	}
-	if s, _ := r.db.Submission(context.Background(), sub.ID); s.Status != clog.StatusAborted || s.Error.Code != "stream_reset" {
+	if s, _ := r.db.Submission(context.Background(), sub.ID); s.Status != record.StatusAborted || s.Error.Code != "stream_reset" {
 		t.Fatalf("reset submission %+v", s)
 	}
 	for _, rec := range r.records(t, key) {
-		if rec.Entry.SubmissionID == sub.ID && rec.Entry.Type != clog.EntrySettlement {
+		if rec.Entry.SubmissionID == sub.ID && rec.Entry.Type != record.EntrySettlement {
 			t.Fatalf("the stopped turn wrote into incarnation %s: %+v", inc, rec.Entry)
 		}
 	}
@@ -324,10 +325,10 @@ func TestScopeCarriesThePrincipal(t *testing.T) {
 			return func(yield func(worker.Event) bool) { yield(worker.Completed(nil)) }
 		}), "")
 	})
-	key := clog.Key{Agent: "who", Instance: "i", Session: "s"}
-	p, _ := json.Marshal(clog.MessagePayload{Parts: []clog.Part{{Type: clog.PartText, Text: "hi"}},
+	key := record.Key{Agent: "who", Instance: "i", Session: "s"}
+	p, _ := json.Marshal(record.MessagePayload{Parts: []record.Part{{Type: record.PartText, Text: "hi"}},
 		Metadata: json.RawMessage(`{"principal":{"issuer":"https://idp/","subject":"alice"}}`)})
-	sub, _, err := r.db.Admit(context.Background(), clog.Admission{Key: key, Records: []clog.Record{clog.EntryRecord(clog.Entry{Type: clog.EntryUserMessage, Payload: p})}})
+	sub, _, err := r.db.Admit(context.Background(), clog.Admission{Key: key, Records: []record.Record{record.EntryRecord(record.Entry{Type: record.EntryUserMessage, Payload: p})}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/convlog/convlog/internal/check"
 	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/worker/pool"
 )
 
@@ -40,7 +41,7 @@ func TestPurgeRacingARunningTurnIsQuiet(t *testing.T) {
 	b := &blocker{started: make(chan string, 10), release: make(chan struct{})}
 	r := startRigWith(t, t.TempDir(), func(reg *pool.Registry) { reg.Register("slow", b, "") },
 		rigOptions{logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
-	key := clog.Key{Agent: "slow", Instance: "i", Session: "s"}
+	key := record.Key{Agent: "slow", Instance: "i", Session: "s"}
 	r.admit(t, key, "one")
 	<-b.started
 	if _, _, err := r.db.Change(context.Background(), clog.Change{Kind: clog.ChangeDelete, Key: key, Purge: true}); err != nil {

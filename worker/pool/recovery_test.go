@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/worker/natsbus"
 )
 
@@ -20,17 +21,17 @@ import (
 // without re-running it, then runs the second.
 func TestRecoverySettlesInterruptedTurns(t *testing.T) {
 	dir := t.TempDir()
-	key := clog.Key{Agent: "echo", Instance: "i", Session: "s"}
+	key := record.Key{Agent: "echo", Instance: "i", Session: "s"}
 	db, err := clog.Open(filepath.Join(dir, "log.db"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	running, _, err := db.Admit(ctx, clog.Admission{Key: key, Records: []clog.Record{userRecord("was running")}})
+	running, _, err := db.Admit(ctx, clog.Admission{Key: key, Records: []record.Record{userRecord("was running")}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	waiting, _, err := db.Admit(ctx, clog.Admission{Key: key, Records: []clog.Record{userRecord("was waiting")}})
+	waiting, _, err := db.Admit(ctx, clog.Admission{Key: key, Records: []record.Record{userRecord("was waiting")}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,19 +46,19 @@ func TestRecoverySettlesInterruptedTurns(t *testing.T) {
 
 	r := startRigIn(t, dir, nil)
 	got := r.settled(t, running.ID)
-	if got.Status != clog.StatusFailed || got.Error == nil || got.Error.Code != "interrupted" || !got.Error.Retryable {
+	if got.Status != record.StatusFailed || got.Error == nil || got.Error.Code != "interrupted" || !got.Error.Retryable {
 		t.Fatalf("interrupted: %+v %+v", got, got.Error)
 	}
-	if got := r.settled(t, waiting.ID); got.Status != clog.StatusCompleted {
+	if got := r.settled(t, waiting.ID); got.Status != record.StatusCompleted {
 		t.Fatalf("waiting: %+v", got)
 	}
 	// Exactly one settlement each, and the interrupted one has no reply.
 	settlements := map[string]int{}
 	for _, rec := range r.records(t, key) {
-		if rec.Entry.Type == clog.EntrySettlement {
+		if rec.Entry.Type == record.EntrySettlement {
 			settlements[rec.Entry.SubmissionID]++
 		}
-		if rec.Entry.Type == clog.EntryAssistantMessage && rec.Entry.SubmissionID == running.ID {
+		if rec.Entry.Type == record.EntryAssistantMessage && rec.Entry.SubmissionID == running.ID {
 			t.Fatalf("interrupted submission was re-run: %+v", rec.Entry)
 		}
 	}
@@ -68,7 +69,7 @@ func TestRecoverySettlesInterruptedTurns(t *testing.T) {
 
 // admitMany admits n messages to key, concurrently so that they share
 // commits, without ringing any doorbell.
-func admitMany(t *testing.T, db *clog.DB, key clog.Key, n int) {
+func admitMany(t *testing.T, db *clog.DB, key record.Key, n int) {
 	t.Helper()
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)
@@ -78,7 +79,7 @@ func admitMany(t *testing.T, db *clog.DB, key clog.Key, n int) {
 		go func() {
 			defer wg.Done()
 			for range next {
-				if _, _, err := db.Admit(context.Background(), clog.Admission{Key: key, Records: []clog.Record{userRecord("backlog")}}); err != nil {
+				if _, _, err := db.Admit(context.Background(), clog.Admission{Key: key, Records: []record.Record{userRecord("backlog")}}); err != nil {
 					select {
 					case errs <- err:
 					default:
@@ -107,7 +108,7 @@ func TestSweepPagesPastBacklog(t *testing.T) {
 	r := startRigWith(t, t.TempDir(), nil, rigOptions{poolNamespace: ns, sweep: 50 * time.Millisecond, scanPage: 500})
 	// A session another worker holds, with a backlog larger than the old
 	// cap, ahead of the lost one in scan order.
-	blocked := clog.Key{Agent: "echo", Instance: "i", Session: "blocked"}
+	blocked := record.Key{Agent: "echo", Instance: "i", Session: "blocked"}
 	js, err := jetstream.New(r.nc)
 	if err != nil {
 		t.Fatal(err)
@@ -146,11 +147,11 @@ func TestSweepPagesPastBacklog(t *testing.T) {
 	}()
 	defer func() { close(stop); <-renewed }()
 	admitMany(t, r.db, blocked, 10_001)
-	lost := r.admit(t, clog.Key{Agent: "echo", Instance: "i", Session: "lost"}, "found by a sweep")
-	if s := r.settled(t, lost.ID); s.Status != clog.StatusCompleted {
+	lost := r.admit(t, record.Key{Agent: "echo", Instance: "i", Session: "lost"}, "found by a sweep")
+	if s := r.settled(t, lost.ID); s.Status != record.StatusCompleted {
 		t.Fatalf("%+v", s)
 	}
-	if s, _ := r.db.Pending(context.Background(), blocked); len(s) != 10_001 || s[0].Status != clog.StatusAdmitted {
+	if s, _ := r.db.Pending(context.Background(), blocked); len(s) != 10_001 || s[0].Status != record.StatusAdmitted {
 		t.Fatalf("the held session ran: %d pending", len(s))
 	}
 }
@@ -164,17 +165,17 @@ func TestRecoveryPagesBacklog(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	var waiting, orphans []clog.Submission
+	var waiting, orphans []record.Submission
 	for i := range 25 {
-		key := clog.Key{Agent: "echo", Instance: "i", Session: fmt.Sprint("s", i)}
-		run, _, err := db.Admit(ctx, clog.Admission{Key: key, Records: []clog.Record{userRecord("was running")}})
+		key := record.Key{Agent: "echo", Instance: "i", Session: fmt.Sprint("s", i)}
+		run, _, err := db.Admit(ctx, clog.Admission{Key: key, Records: []record.Record{userRecord("was running")}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if _, err := db.Write(ctx, clog.Write{Key: key, Start: []string{run.ID}, TurnID: "turn_dead"}); err != nil {
 			t.Fatal(err)
 		}
-		w, _, err := db.Admit(ctx, clog.Admission{Key: key, Records: []clog.Record{userRecord("was waiting")}})
+		w, _, err := db.Admit(ctx, clog.Admission{Key: key, Records: []record.Record{userRecord("was waiting")}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -186,12 +187,12 @@ func TestRecoveryPagesBacklog(t *testing.T) {
 	db.Close()
 	r := startRigWith(t, dir, nil, rigOptions{scanPage: 7, poolNamespace: "deaf", sweep: time.Hour})
 	for _, s := range orphans {
-		if got := r.settled(t, s.ID); got.Status != clog.StatusFailed || got.Error.Code != "interrupted" {
+		if got := r.settled(t, s.ID); got.Status != record.StatusFailed || got.Error.Code != "interrupted" {
 			t.Fatalf("orphan %+v", got)
 		}
 	}
 	for _, s := range waiting {
-		if got := r.settled(t, s.ID); got.Status != clog.StatusCompleted {
+		if got := r.settled(t, s.ID); got.Status != record.StatusCompleted {
 			t.Fatalf("waiting %+v", got)
 		}
 	}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"sync"
 
-	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/worker"
 )
 
@@ -31,7 +31,7 @@ func (r *Registry) Register(name string, agent worker.Agent, busy worker.BusyPol
 
 // RegisterWith serves agent under name with opts.
 func (r *Registry) RegisterWith(name string, agent worker.Agent, opts worker.AgentOptions) error {
-	if err := clog.ValidateName(name); err != nil {
+	if err := record.ValidateName(name); err != nil {
 		return fmt.Errorf("register agent: %w", err)
 	}
 	busy, err := worker.ParseBusyPolicy(string(opts.Busy))

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 )
 
 // A reply streamed in token-sized deltas is accumulated in linear time:
@@ -23,7 +23,7 @@ func TestTextDeltasAccumulateLinearly(t *testing.T) {
 			allocs := testing.AllocsPerRun(1, func() {
 				tr := &turn{}
 				for range tc.deltas {
-					tr.appendText(clog.PartText, "tok ")
+					tr.appendText(record.PartText, "tok ")
 				}
 				tr.endText()
 				if len(tr.parts) != 1 || len(tr.parts[0].Text) != 4*tc.deltas {
@@ -41,7 +41,7 @@ func TestTextDeltasAccumulateLinearly(t *testing.T) {
 func TestTextPartsKeepOrder(t *testing.T) {
 	tr := &turn{}
 	for _, d := range []struct{ typ, s string }{
-		{clog.PartReasoning, "th"}, {clog.PartReasoning, "ink"}, {clog.PartText, "a"}, {clog.PartText, "b"}, {clog.PartReasoning, "c"},
+		{record.PartReasoning, "th"}, {record.PartReasoning, "ink"}, {record.PartText, "a"}, {record.PartText, "b"}, {record.PartReasoning, "c"},
 	} {
 		tr.appendText(d.typ, d.s)
 	}
@@ -63,7 +63,7 @@ func BenchmarkTextDeltas(b *testing.B) {
 	for b.Loop() {
 		tr := &turn{}
 		for range deltas - 1 {
-			if err := tr.addText(context.Background(), clog.PartText, "tok "); err != nil {
+			if err := tr.addText(context.Background(), record.PartText, "tok "); err != nil {
 				b.Fatal(err)
 			}
 		}

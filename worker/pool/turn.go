@@ -11,6 +11,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/transport/wire"
 	"github.com/convlog/convlog/worker"
 	"github.com/convlog/convlog/worker/natsbus"
@@ -31,7 +32,7 @@ type heldLease struct {
 func (h *heldLease) held() bool { return h.lease != nil }
 
 // release gives the lease back (it lapses by itself if that fails).
-func (h *heldLease) release(p *Pool, key clog.Key) {
+func (h *heldLease) release(p *Pool, key record.Key) {
 	if h.lease == nil {
 		return
 	}
@@ -43,7 +44,7 @@ func (h *heldLease) release(p *Pool, key clog.Key) {
 
 // nextTurn starts a turn for every admitted submission of the session, runs
 // it and settles it. ran is false when there was nothing to run.
-func (p *Pool) nextTurn(key clog.Key, held *heldLease, claimed *clog.Submission) (ran bool, err error) {
+func (p *Pool) nextTurn(key record.Key, held *heldLease, claimed *record.Submission) (ran bool, err error) {
 	t, ts, ctx, err := p.beginTurn(key, held, claimed)
 	if err != nil || t == nil {
 		return false, err
@@ -79,7 +80,7 @@ func (p *Pool) nextTurn(key clog.Key, held *heldLease, claimed *clog.Submission)
 // and registers the turn for aborts before the stripe is released: an
 // abort either settles a submission before the turn takes it, or finds
 // the turn to cancel. A nil turn means there is nothing to run.
-func (p *Pool) beginTurn(key clog.Key, held *heldLease, claimed *clog.Submission) (*turn, *turnState, context.Context, error) {
+func (p *Pool) beginTurn(key record.Key, held *heldLease, claimed *record.Submission) (*turn, *turnState, context.Context, error) {
 	lk := p.stripe(key)
 	lk.Lock()
 	defer lk.Unlock()
@@ -109,16 +110,16 @@ func (p *Pool) beginTurn(key clog.Key, held *heldLease, claimed *clog.Submission
 // claimedTurn is the turn of a submission admitted already running, in
 // the admission's own commit, for this runner: no second commit before the
 // agent is called. Nil if it was aborted meanwhile, or the stream reset.
-func (p *Pool) claimedTurn(key clog.Key, claimed *clog.Submission) (*turn, error) {
+func (p *Pool) claimedTurn(key record.Key, claimed *record.Submission) (*turn, error) {
 	sub, err := p.cfg.Log.Submission(p.turnsCtx, claimed.ID)
-	if err != nil || sub.Status != clog.StatusRunning || sub.TurnID != claimed.TurnID {
+	if err != nil || sub.Status != record.StatusRunning || sub.TurnID != claimed.TurnID {
 		return nil, nil // on to what is pending
 	}
 	inc, _, err := p.cfg.Log.Tail(p.turnsCtx, key)
 	if err != nil {
 		return nil, err
 	}
-	t := &turn{p: p, key: key, id: sub.TurnID, subs: []clog.Submission{sub}, inc: inc}
+	t := &turn{p: p, key: key, id: sub.TurnID, subs: []record.Submission{sub}, inc: inc}
 	p.readPrompt(t)
 	return t, nil
 }
@@ -127,7 +128,7 @@ func (p *Pool) claimedTurn(key clog.Key, claimed *clog.Submission) (*turn, error
 // under the queue and interrupt policies), taking the session's lease if
 // the runner does not hold it yet. Nil when there is nothing to run or
 // another worker holds the lease.
-func (p *Pool) pendingTurn(key clog.Key, held *heldLease) (*turn, error) {
+func (p *Pool) pendingTurn(key record.Key, held *heldLease) (*turn, error) {
 	// Bounded: a backlog of any size costs a turn only what it takes (and
 	// must fit in one reply when the log is remote). Running submissions,
 	// at most a turn's, come before the admitted ones they were admitted
@@ -140,9 +141,9 @@ func (p *Pool) pendingTurn(key clog.Key, held *heldLease) (*turn, error) {
 	if opts, _ := p.cfg.Agents.Options(key.Agent); opts.Busy.OneAtATime() {
 		limit = 1 // queue, interrupt: a turn per submission
 	}
-	var subs []clog.Submission
+	var subs []record.Submission
 	for _, s := range pending {
-		if s.Status == clog.StatusAdmitted && len(subs) < limit {
+		if s.Status == record.StatusAdmitted && len(subs) < limit {
 			subs = append(subs, s)
 		}
 	}
@@ -213,15 +214,15 @@ func (p *Pool) unregister(ts *turnState) {
 // The first is the turn's own; the others are answered by it.
 type turn struct {
 	p    *Pool
-	key  clog.Key
+	key  record.Key
 	id   string
-	subs []clog.Submission
+	subs []record.Submission
 
 	prompt    worker.Prompt
 	promptErr error // the prompt of subs[0] could not be read
 
-	inc   clog.Incarnation // the stream's, when the turn started
-	parts []clog.Part      // the assistant message being streamed
+	inc   record.Incarnation // the stream's, when the turn started
+	parts []record.Part      // the assistant message being streamed
 	// text is the last text or reasoning part while it grows (textType,
 	// not yet in parts): a Builder grows in amortized linear time, where
 	// appending to the part's string copied it whole on every delta.
@@ -241,8 +242,8 @@ func (t *turn) primary() string { return t.subs[0].ID }
 
 // outcome is how the turn ends.
 type outcome struct {
-	outcome clog.Outcome
-	failure *clog.Failure
+	outcome record.Outcome
+	failure *record.Failure
 	data    json.RawMessage
 	reset   bool // the stream was reset under the turn: nothing to settle
 }
@@ -303,7 +304,7 @@ func replyTooLarge(err error) outcome {
 }
 
 func failed(code, msg string, retryable bool) outcome {
-	return outcome{outcome: clog.OutcomeFailed, failure: &clog.Failure{Code: code, Message: msg, Retryable: retryable}}
+	return outcome{outcome: record.OutcomeFailed, failure: &record.Failure{Code: code, Message: msg, Retryable: retryable}}
 }
 
 // consume runs the agent and records what it does: deltas to the bus as
@@ -323,9 +324,9 @@ func (t *turn) consume(ctx context.Context, agent worker.Agent, prompt worker.Pr
 		}
 		switch ev.Type {
 		case worker.EventText, worker.EventThinking:
-			kind, part := "text", clog.PartText
+			kind, part := "text", record.PartText
 			if ev.Type == worker.EventThinking {
-				kind, part = "reasoning", clog.PartReasoning
+				kind, part = "reasoning", record.PartReasoning
 			}
 			t.publish(wire.DeltaFrame{Type: wire.FrameDelta, Kind: kind, Delta: ev.Delta})
 			if err := t.addText(ctx, part, ev.Delta); err != nil {
@@ -337,7 +338,7 @@ func (t *turn) consume(ctx context.Context, agent worker.Agent, prompt worker.Pr
 				args = json.RawMessage("null")
 			}
 			t.endText()
-			t.parts = append(t.parts, clog.Part{Type: clog.PartToolCall, ToolCallID: ev.ID, ToolName: ev.Name, Input: args})
+			t.parts = append(t.parts, record.Part{Type: record.PartToolCall, ToolCallID: ev.ID, ToolName: ev.Name, Input: args})
 			t.partBytes += len(args)
 			if t.toolNames == nil {
 				t.toolNames = map[string]string{}
@@ -352,8 +353,8 @@ func (t *turn) consume(ctx context.Context, agent worker.Agent, prompt worker.Pr
 			if len(content) == 0 || !json.Valid(content) {
 				content = json.RawMessage("null")
 			}
-			payload, _ := json.Marshal(clog.ToolResultPayload{ToolCallID: ev.ID, ToolName: t.toolNames[ev.ID], IsError: ev.IsError, Output: content})
-			if err := t.append(ctx, clog.EntryRecord(clog.Entry{Type: clog.EntryToolResult, Payload: payload})); err != nil {
+			payload, _ := json.Marshal(record.ToolResultPayload{ToolCallID: ev.ID, ToolName: t.toolNames[ev.ID], IsError: ev.IsError, Output: content})
+			if err := t.append(ctx, record.EntryRecord(record.Entry{Type: record.EntryToolResult, Payload: payload})); err != nil {
 				return storageFailure(err)
 			}
 		case worker.EventToolInputDelta:
@@ -361,13 +362,13 @@ func (t *turn) consume(ctx context.Context, agent worker.Agent, prompt worker.Pr
 		case worker.EventRetrying:
 			t.publish(wire.DeltaFrame{Type: wire.FrameRetrying, Attempt: ev.Attempt, MaxAttempts: ev.MaxAttempts, DelayMs: ev.DelayMs, Reason: ev.Reason})
 		case worker.EventCompleted:
-			return outcome{outcome: clog.OutcomeCompleted, data: ev.Data}
+			return outcome{outcome: record.OutcomeCompleted, data: ev.Data}
 		case worker.EventFailed:
 			code := ev.Code
 			if code == "" {
 				code = "agent_failed"
 			}
-			return outcome{outcome: clog.OutcomeFailed, failure: &clog.Failure{Code: code, Message: ev.Details, Retryable: ev.Retryable}}
+			return outcome{outcome: record.OutcomeFailed, failure: &record.Failure{Code: code, Message: ev.Details, Retryable: ev.Retryable}}
 		default:
 			// Not ours to interpret, but not ours to drop either: live
 			// readers get it unchanged (the contract's relay MUST 5).
@@ -380,14 +381,14 @@ func (t *turn) consume(ctx context.Context, agent worker.Agent, prompt worker.Pr
 	}
 	switch cause := context.Cause(ctx); {
 	case errors.Is(cause, errAborted):
-		return outcome{outcome: clog.OutcomeAborted, failure: &clog.Failure{Code: "aborted", Message: "aborted while running"}}
+		return outcome{outcome: record.OutcomeAborted, failure: &record.Failure{Code: "aborted", Message: "aborted while running"}}
 	case errors.Is(cause, errDeadline):
 		return failed("deadline_exceeded", "the turn ran longer than its agent's timeout", true)
 	case errors.Is(cause, errLeaseLost):
 		return failed("lease_lost", "the worker lost its session lease (broker unreachable); the turn was stopped so that no other turn runs beside it", true)
 	case ctx.Err() != nil:
 		f := interruptedFailure
-		return outcome{outcome: clog.OutcomeFailed, failure: &f}
+		return outcome{outcome: record.OutcomeFailed, failure: &f}
 	}
 	return failed("agent_protocol", "the agent's event stream ended without a completed or failed event", true)
 }
@@ -405,7 +406,7 @@ func (t *turn) endText() {
 	if t.text.Len() == 0 {
 		return
 	}
-	t.parts = append(t.parts, clog.Part{Type: t.textType, Text: t.text.String()})
+	t.parts = append(t.parts, record.Part{Type: t.textType, Text: t.text.String()})
 	t.text = strings.Builder{}
 }
 
@@ -418,17 +419,17 @@ func (t *turn) publish(f wire.DeltaFrame) {
 }
 
 // assistantRecord takes the message streamed so far, if any.
-func (t *turn) assistantRecord(data json.RawMessage) []clog.Record {
+func (t *turn) assistantRecord(data json.RawMessage) []record.Record {
 	t.endText()
 	if len(data) > 0 && json.Valid(data) {
-		t.parts = append(t.parts, clog.Part{Type: clog.PartData, Name: "result", Data: data})
+		t.parts = append(t.parts, record.Part{Type: record.PartData, Name: "result", Data: data})
 	}
 	if len(t.parts) == 0 {
 		return nil
 	}
-	payload, _ := json.Marshal(clog.MessagePayload{Parts: t.parts})
+	payload, _ := json.Marshal(record.MessagePayload{Parts: t.parts})
 	t.parts, t.partBytes = nil, 0
-	return []clog.Record{clog.EntryRecord(clog.Entry{Type: clog.EntryAssistantMessage, Payload: payload})}
+	return []record.Record{record.EntryRecord(record.Entry{Type: record.EntryAssistantMessage, Payload: payload})}
 }
 
 func (t *turn) flushMessage(ctx context.Context) error {
@@ -439,7 +440,7 @@ func (t *turn) flushMessage(ctx context.Context) error {
 	return t.append(ctx, recs...)
 }
 
-func (t *turn) append(ctx context.Context, recs ...clog.Record) error {
+func (t *turn) append(ctx context.Context, recs ...record.Record) error {
 	for i := range recs {
 		if recs[i].Entry != nil {
 			recs[i].Entry.SubmissionID, recs[i].Entry.TurnID = t.primary(), t.id
@@ -493,7 +494,7 @@ func (t *turn) settle(ctx context.Context, res outcome) error {
 
 // writeSettlements writes recs and one settlement per submission of the
 // turn, all with res, in one write.
-func (t *turn) writeSettlements(ctx context.Context, recs []clog.Record, res outcome) error {
+func (t *turn) writeSettlements(ctx context.Context, recs []record.Record, res outcome) error {
 	if res.reset {
 		return nil
 	}
@@ -502,7 +503,7 @@ func (t *turn) writeSettlements(ctx context.Context, recs []clog.Record, res out
 	}
 	w := clog.Write{Key: t.key, Records: recs, TurnID: t.id, Incarnation: t.inc}
 	for _, s := range t.subs {
-		st := clog.Settlement{SubmissionID: s.ID, Outcome: res.outcome, Error: res.failure}
+		st := record.Settlement{SubmissionID: s.ID, Outcome: res.outcome, Error: res.failure}
 		if s.ID != t.primary() {
 			st.AnsweredBySubmissionID = t.primary()
 		}
@@ -528,7 +529,7 @@ func principalOf(meta json.RawMessage) *worker.Principal {
 }
 
 // dataURLImage takes an inline image part (a data: URL) as a prompt image.
-func dataURLImage(p clog.Part) (worker.Image, bool) {
+func dataURLImage(p record.Part) (worker.Image, bool) {
 	rest, ok := strings.CutPrefix(p.URL, "data:")
 	if !ok {
 		return worker.Image{}, false

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/worker"
 	"github.com/convlog/convlog/worker/pool"
 )
@@ -42,14 +43,14 @@ func (a *parrot) Invoke(ctx context.Context, _ worker.Scope, p worker.Prompt) it
 }
 
 // replies gathers the text of the assistant messages of each turn.
-func replies(t *testing.T, r *rig, key clog.Key) map[string]string {
+func replies(t *testing.T, r *rig, key record.Key) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	for _, rec := range r.records(t, key) {
-		if rec.Entry == nil || rec.Entry.Type != clog.EntryAssistantMessage {
+		if rec.Entry == nil || rec.Entry.Type != record.EntryAssistantMessage {
 			continue
 		}
-		var m clog.MessagePayload
+		var m record.MessagePayload
 		if err := json.Unmarshal(rec.Entry.Payload, &m); err != nil {
 			t.Fatal(err)
 		}
@@ -66,10 +67,10 @@ func replies(t *testing.T, r *rig, key clog.Key) map[string]string {
 func TestLargeQueuedMessagesAllAnswered(t *testing.T) {
 	a := &parrot{started: make(chan struct{}), release: make(chan struct{})}
 	r := startRig(t, func(reg *pool.Registry) { reg.Register("parrot", a, "") })
-	key := clog.Key{Agent: "parrot", Instance: "i", Session: "big"}
+	key := record.Key{Agent: "parrot", Instance: "i", Session: "big"}
 	first := r.admit(t, key, "hold")
 	<-a.started
-	var subs []clog.Submission
+	var subs []record.Submission
 	texts := map[string]string{}
 	for i := range 5 {
 		text := fmt.Sprint(i) + strings.Repeat("x", 4<<20)
@@ -78,12 +79,12 @@ func TestLargeQueuedMessagesAllAnswered(t *testing.T) {
 		texts[s.ID] = text
 	}
 	close(a.release)
-	if s := r.settled(t, first.ID); s.Status != clog.StatusCompleted {
+	if s := r.settled(t, first.ID); s.Status != record.StatusCompleted {
 		t.Fatalf("first %+v", s)
 	}
 	for _, s := range subs {
 		got := r.settled(t, s.ID)
-		if got.Status != clog.StatusCompleted {
+		if got.Status != record.StatusCompleted {
 			t.Fatalf("submission %s: %+v %+v", s.ID, got, got.Error)
 		}
 	}
@@ -107,9 +108,9 @@ func TestHugeReplyStoredInPieces(t *testing.T) {
 		}
 	})
 	r := startRig(t, func(reg *pool.Registry) { reg.Register("loud", agent, "") })
-	key := clog.Key{Agent: "loud", Instance: "i", Session: "s"}
+	key := record.Key{Agent: "loud", Instance: "i", Session: "s"}
 	sub := r.admit(t, key, "say a lot")
-	if got := r.settled(t, sub.ID); got.Status != clog.StatusCompleted {
+	if got := r.settled(t, sub.ID); got.Status != record.StatusCompleted {
 		t.Fatalf("%+v %+v", got, got.Error)
 	}
 	got, _ := r.db.Submission(context.Background(), sub.ID)
@@ -122,7 +123,7 @@ func TestHugeReplyStoredInPieces(t *testing.T) {
 // limit) settles failed with a code that says so, not "interrupted", and
 // the session goes on.
 func TestUnstorableReplySettlesTruly(t *testing.T) {
-	data, _ := json.Marshal(strings.Repeat("d", clog.MaxBatchBytes))
+	data, _ := json.Marshal(strings.Repeat("d", record.MaxBatchBytes))
 	agent := worker.AgentFunc(func(ctx context.Context, _ worker.Scope, p worker.Prompt) iter.Seq[worker.Event] {
 		return func(yield func(worker.Event) bool) {
 			if p.Text == "small" {
@@ -135,14 +136,14 @@ func TestUnstorableReplySettlesTruly(t *testing.T) {
 		}
 	})
 	r := startRig(t, func(reg *pool.Registry) { reg.Register("data", agent, "") })
-	key := clog.Key{Agent: "data", Instance: "i", Session: "s"}
+	key := record.Key{Agent: "data", Instance: "i", Session: "s"}
 	sub := r.admit(t, key, "too much")
 	got := r.settled(t, sub.ID)
-	if got.Status != clog.StatusFailed || got.Error == nil || got.Error.Code != "reply_too_large" || got.Error.Retryable {
+	if got.Status != record.StatusFailed || got.Error == nil || got.Error.Code != "reply_too_large" || got.Error.Retryable {
 		t.Fatalf("%+v %+v", got, got.Error)
 	}
 	next := r.admit(t, key, "small")
-	if got := r.settled(t, next.ID); got.Status != clog.StatusCompleted {
+	if got := r.settled(t, next.ID); got.Status != record.StatusCompleted {
 		t.Fatalf("next %+v", got)
 	}
 }
@@ -162,10 +163,10 @@ func TestRefusedSettlementSettlesStorage(t *testing.T) {
 		return err
 	}
 	h.mu.Unlock()
-	key := clog.Key{Agent: "echo", Instance: "i", Session: "full"}
+	key := record.Key{Agent: "echo", Instance: "i", Session: "full"}
 	sub := r.admit(t, key, "a reply that cannot be stored")
 	got := r.settled(t, sub.ID)
-	if got.Status != clog.StatusFailed || got.Error == nil || got.Error.Code != "storage" || !strings.Contains(got.Error.Message, "no space left") {
+	if got.Status != record.StatusFailed || got.Error == nil || got.Error.Code != "storage" || !strings.Contains(got.Error.Message, "no space left") {
 		t.Fatalf("%+v %+v", got, got.Error)
 	}
 }

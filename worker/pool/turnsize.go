@@ -7,7 +7,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/worker"
 )
 
@@ -16,7 +16,7 @@ import (
 // be as large as what it answers, and an agent holds its whole prompt in
 // memory: half a log batch leaves room for an echo of the prompt and the
 // turn's settlements. The rest wait for the next turn.
-const maxTurnBytes = clog.MaxBatchBytes / 2
+const maxTurnBytes = record.MaxBatchBytes / 2
 
 // maxMessagePiece bounds the text (and tool inputs) of one stored
 // assistant_message entry; a longer reply is stored as several entries of
@@ -31,7 +31,7 @@ const maxMessagePiece = 2 << 20
 //
 // It reads with the pool's context, not a turn's: an abort must not make
 // the prompt unreadable.
-func (p *Pool) gatherTurn(t *turn, subs []clog.Submission) {
+func (p *Pool) gatherTurn(t *turn, subs []record.Submission) {
 	var texts []string
 	size := 0
 	for i, s := range subs {
@@ -86,7 +86,7 @@ type message struct {
 }
 
 // readMessage reads the text and images of a submission's user entry.
-func (p *Pool) readMessage(ctx context.Context, key clog.Key, s clog.Submission) (message, error) {
+func (p *Pool) readMessage(ctx context.Context, key record.Key, s record.Submission) (message, error) {
 	res, err := p.cfg.Log.Read(ctx, key, s.Offset, 1)
 	if err != nil {
 		return message{}, fmt.Errorf("read submission %s: %w", s.ID, err)
@@ -111,10 +111,10 @@ func (p *Pool) readMessage(ctx context.Context, key clog.Key, s clog.Submission)
 	m := message{size: len(batch.Records)}
 	var texts []string
 	for _, r := range recs {
-		if r.Kind != clog.KindEntry || r.Entry == nil || r.Entry.ID != s.EntryID {
+		if r.Kind != record.KindEntry || r.Entry == nil || r.Entry.ID != s.EntryID {
 			continue
 		}
-		var msg clog.MessagePayload
+		var msg record.MessagePayload
 		if err := json.Unmarshal(r.Entry.Payload, &msg); err != nil {
 			return message{}, fmt.Errorf("submission %s: payload: %w", s.ID, err)
 		}
@@ -122,9 +122,9 @@ func (p *Pool) readMessage(ctx context.Context, key clog.Key, s clog.Submission)
 		var b strings.Builder
 		for _, part := range msg.Parts {
 			switch part.Type {
-			case clog.PartText:
+			case record.PartText:
 				b.WriteString(part.Text)
-			case clog.PartFile:
+			case record.PartFile:
 				if img, ok := dataURLImage(part); ok {
 					m.images = append(m.images, img)
 				}

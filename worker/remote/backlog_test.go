@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/worker/remote"
 )
 
@@ -18,7 +19,7 @@ import (
 // cluster torture, 9,459 submissions of one session left admitted).
 func TestBacklogLargerThanMaxPayloadDrains(t *testing.T) {
 	o := startOwner(t)
-	key := clog.Key{Agent: "echo", Instance: "i", Session: "backlog"}
+	key := record.Key{Agent: "echo", Instance: "i", Session: "backlog"}
 	// A submission's answer is ~150 bytes: 9,000 of them are over the
 	// broker's 1 MB max_payload.
 	const n = 9000
@@ -28,7 +29,7 @@ func TestBacklogLargerThanMaxPayloadDrains(t *testing.T) {
 	for w := range 32 {
 		wg.Go(func() {
 			for i := w; i < n; i += 32 {
-				sub, _, err := o.db.Admit(context.Background(), clog.Admission{Key: key, Records: []clog.Record{userRecord("queued")}})
+				sub, _, err := o.db.Admit(context.Background(), clog.Admission{Key: key, Records: []record.Record{userRecord("queued")}})
 				if err != nil {
 					select {
 					case errs <- err:
@@ -57,7 +58,7 @@ func TestBacklogLargerThanMaxPayloadDrains(t *testing.T) {
 		return err == nil && len(p) == 0
 	})
 	for _, id := range []string{ids[0], ids[n/2], ids[n-1]} {
-		if got := o.settled(t, id); got.Status != clog.StatusCompleted {
+		if got := o.settled(t, id); got.Status != record.StatusCompleted {
 			t.Fatalf("submission %s: %+v", id, got)
 		}
 	}
@@ -67,7 +68,7 @@ func TestBacklogLargerThanMaxPayloadDrains(t *testing.T) {
 // ErrTooLarge, not after the retries of a reply that never comes.
 func TestAnswerOverMaxPayloadIsAnError(t *testing.T) {
 	o := startOwner(t)
-	key := clog.Key{Agent: "nobody", Instance: "i", Session: "big"}
+	key := record.Key{Agent: "nobody", Instance: "i", Session: "big"}
 	// Two 700 KB messages in one batch: over 1 MB together.
 	big := strings.Repeat("x", 700<<10)
 	if _, err := o.db.Append(context.Background(), key, userRecord(big), userRecord(big)); err != nil {
@@ -75,7 +76,7 @@ func TestAnswerOverMaxPayloadIsAnError(t *testing.T) {
 	}
 	c := o.client(t)
 	holdLease(t, o, c.InstanceID(), key)
-	_, err := c.Read(context.Background(), key, clog.Start, 1)
+	_, err := c.Read(context.Background(), key, record.Start, 1)
 	if !errors.Is(err, remote.ErrTooLarge) {
 		t.Fatalf("read of a batch over max_payload: %v, want ErrTooLarge", err)
 	}
@@ -83,7 +84,7 @@ func TestAnswerOverMaxPayloadIsAnError(t *testing.T) {
 		t.Fatalf("error does not say what to raise: %v", err)
 	}
 	// A request over the limit is refused the same way, before it is sent.
-	w := clog.Write{Key: key, Records: []clog.Record{userRecord(big), userRecord(big)}}
+	w := clog.Write{Key: key, Records: []record.Record{userRecord(big), userRecord(big)}}
 	if _, err := c.Write(context.Background(), w); !errors.Is(err, remote.ErrTooLarge) {
 		t.Fatalf("write over max_payload: %v, want ErrTooLarge", err)
 	}

@@ -19,7 +19,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/worker"
 	"github.com/convlog/convlog/worker/natsbus"
 	"github.com/convlog/convlog/worker/pool"
@@ -187,18 +187,18 @@ func TestBrokerAccessMatrix(t *testing.T) {
 		startWorkerOn(t, o, 200*time.Millisecond, func() (*nats.Conn, error) {
 			return natsbus.ConnectWith(url, natsbus.Credentials{User: natsbus.WorkerUser, Password: workerPassword, TLSCA: ca}, true, nil)
 		})
-		key := clog.Key{Agent: "echo", Instance: "i", Session: "matrix"}
-		if got := o.settled(t, o.admit(t, key, "hello").ID); got.Status != clog.StatusCompleted {
+		key := record.Key{Agent: "echo", Instance: "i", Session: "matrix"}
+		if got := o.settled(t, o.admit(t, key, "hello").ID); got.Status != record.StatusCompleted {
 			t.Fatalf("turn over worker credentials: %+v", got)
 		}
-		slow := clog.Key{Agent: "slow", Instance: "i", Session: "matrix"}
+		slow := record.Key{Agent: "slow", Instance: "i", Session: "matrix"}
 		running := o.admit(t, slow, "one two three four five six seven eight nine ten")
 		waitFor(t, "the slow turn to start", func() bool {
 			s, err := o.db.Submission(context.Background(), running.ID)
-			return err == nil && s.Status == clog.StatusRunning
+			return err == nil && s.Status == record.StatusRunning
 		})
 		got, err := o.srv.Abort(context.Background(), running.ID)
-		if err != nil || got.Status != clog.StatusAborted {
+		if err != nil || got.Status != record.StatusAborted {
 			t.Fatalf("abort through a worker's credentials: %+v %v", got, err)
 		}
 	})

@@ -11,6 +11,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/worker/natsbus"
 	"github.com/convlog/convlog/worker/pool"
 )
@@ -116,32 +117,32 @@ func (c *Client) call(ctx context.Context, op string, rq *request) (response, er
 func (c *Client) InstanceID() string { return c.id }
 
 // Unpublished and MarkPublished: the outbox is relayed by the owner.
-func (c *Client) Unpublished(context.Context, int) ([]clog.Submission, error) { return nil, nil }
-func (c *Client) MarkPublished(context.Context, ...string) error              { return nil }
+func (c *Client) Unpublished(context.Context, int) ([]record.Submission, error) { return nil, nil }
+func (c *Client) MarkPublished(context.Context, ...string) error                { return nil }
 
-func (c *Client) Submission(ctx context.Context, id string) (clog.Submission, error) {
+func (c *Client) Submission(ctx context.Context, id string) (record.Submission, error) {
 	res, err := c.call(ctx, opSubmission, &request{ID: id})
 	return res.Sub, err
 }
 
-func (c *Client) PendingFirst(ctx context.Context, key clog.Key, limit int) ([]clog.Submission, error) {
+func (c *Client) PendingFirst(ctx context.Context, key record.Key, limit int) ([]record.Submission, error) {
 	res, err := c.call(ctx, opPending, &request{Key: key, Limit: limit})
 	return res.Subs, err
 }
 
-func (c *Client) UnsettledPage(ctx context.Context, cursor clog.ScanCursor, limit int) ([]clog.Submission, clog.ScanCursor, error) {
+func (c *Client) UnsettledPage(ctx context.Context, cursor clog.ScanCursor, limit int) ([]record.Submission, clog.ScanCursor, error) {
 	res, err := c.call(ctx, opUnsettled, &request{Cursor: cursor, Limit: limit})
 	return res.Subs, res.Cursor, err
 }
 
-func (c *Client) Read(ctx context.Context, key clog.Key, offset clog.Offset, limit int) (clog.ReadResult, error) {
+func (c *Client) Read(ctx context.Context, key record.Key, offset record.Offset, limit int) (record.ReadResult, error) {
 	// Named by this process's lease name: the owner answers only the
 	// session's holder (Server's opRead).
 	res, err := c.call(ctx, opRead, &request{Key: key, Offset: offset, Limit: limit, Fence: pool.Fence{Lease: c.lease}})
 	return res.Read, err
 }
 
-func (c *Client) Tail(ctx context.Context, key clog.Key) (clog.Incarnation, clog.Offset, error) {
+func (c *Client) Tail(ctx context.Context, key record.Key) (record.Incarnation, record.Offset, error) {
 	res, err := c.call(ctx, opTail, &request{Key: key})
 	return res.Inc, res.Offset, err
 }
@@ -156,7 +157,7 @@ func (c *Client) Write(ctx context.Context, w clog.Write) (clog.Appended, error)
 // ids of w's entries are fixed here, once, so that every retry of this
 // write is recognisably the same write.
 func (c *Client) WriteFenced(ctx context.Context, w clog.Write, f pool.Fence) (clog.Appended, error) {
-	recs := make([]clog.Record, len(w.Records))
+	recs := make([]record.Record, len(w.Records))
 	for i, r := range w.Records {
 		if r.Entry != nil {
 			e := *r.Entry

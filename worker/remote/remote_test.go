@@ -15,6 +15,7 @@ import (
 
 	"github.com/convlog/convlog/internal/check"
 	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/worker/natsbus"
 	"github.com/convlog/convlog/worker/pool"
 	"github.com/convlog/convlog/worker/remote"
@@ -118,14 +119,14 @@ func (o *owner) client(t *testing.T) *remote.Client {
 	return c
 }
 
-func userRecord(text string) clog.Record {
-	p, _ := json.Marshal(clog.MessagePayload{Parts: []clog.Part{{Type: clog.PartText, Text: text}}})
-	return clog.EntryRecord(clog.Entry{Type: clog.EntryUserMessage, Payload: p})
+func userRecord(text string) record.Record {
+	p, _ := json.Marshal(record.MessagePayload{Parts: []record.Part{{Type: record.PartText, Text: text}}})
+	return record.EntryRecord(record.Entry{Type: record.EntryUserMessage, Payload: p})
 }
 
-func (o *owner) admit(t *testing.T, key clog.Key, text string) clog.Submission {
+func (o *owner) admit(t *testing.T, key record.Key, text string) record.Submission {
 	t.Helper()
-	sub, _, err := o.db.Admit(context.Background(), clog.Admission{Key: key, Records: []clog.Record{userRecord(text)}})
+	sub, _, err := o.db.Admit(context.Background(), clog.Admission{Key: key, Records: []record.Record{userRecord(text)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,9 +134,9 @@ func (o *owner) admit(t *testing.T, key clog.Key, text string) clog.Submission {
 	return sub
 }
 
-func (o *owner) settled(t *testing.T, id string) clog.Submission {
+func (o *owner) settled(t *testing.T, id string) record.Submission {
 	t.Helper()
-	var sub clog.Submission
+	var sub record.Submission
 	waitFor(t, "submission "+id+" to settle", func() bool {
 		var err error
 		sub, err = o.db.Submission(context.Background(), id)
@@ -145,20 +146,20 @@ func (o *owner) settled(t *testing.T, id string) clog.Submission {
 }
 
 // entries reads a session's entries of one type.
-func (o *owner) entries(t *testing.T, key clog.Key, typ string) []clog.Entry {
+func (o *owner) entries(t *testing.T, key record.Key, typ string) []record.Entry {
 	t.Helper()
-	res, err := o.db.Read(context.Background(), key, clog.Start, 1000)
+	res, err := o.db.Read(context.Background(), key, record.Start, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []clog.Entry
+	var out []record.Entry
 	for _, b := range res.Batches {
 		recs, err := b.Records.Decode()
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, r := range recs {
-			if r.Kind == clog.KindEntry && r.Entry.Type == typ {
+			if r.Kind == record.KindEntry && r.Entry.Type == typ {
 				out = append(out, *r.Entry)
 			}
 		}
@@ -172,23 +173,23 @@ func TestRemoteWorkersAnswer(t *testing.T) {
 	o := startOwner(t)
 	startWorker(t, o)
 	startWorker(t, o)
-	var subs []clog.Submission
+	var subs []record.Submission
 	for i := range 12 {
-		key := clog.Key{Agent: "echo", Instance: "i", Session: []string{"a", "b", "c"}[i%3]}
+		key := record.Key{Agent: "echo", Instance: "i", Session: []string{"a", "b", "c"}[i%3]}
 		subs = append(subs, o.admit(t, key, "hello remote"))
 	}
 	for _, s := range subs {
-		if got := o.settled(t, s.ID); got.Status != clog.StatusCompleted {
+		if got := o.settled(t, s.ID); got.Status != record.StatusCompleted {
 			t.Fatalf("submission %s: %+v", s.ID, got)
 		}
 	}
 	for _, sess := range []string{"a", "b", "c"} {
-		key := clog.Key{Agent: "echo", Instance: "i", Session: sess}
-		settlements := o.entries(t, key, clog.EntrySettlement)
+		key := record.Key{Agent: "echo", Instance: "i", Session: sess}
+		settlements := o.entries(t, key, record.EntrySettlement)
 		if len(settlements) != 4 {
 			t.Fatalf("session %s: %d settlements, want 4", sess, len(settlements))
 		}
-		if replies := o.entries(t, key, clog.EntryAssistantMessage); len(replies) == 0 {
+		if replies := o.entries(t, key, record.EntryAssistantMessage); len(replies) == 0 {
 			t.Fatalf("session %s: no reply", sess)
 		}
 	}
@@ -196,7 +197,7 @@ func TestRemoteWorkersAnswer(t *testing.T) {
 
 // holdLease takes a session's lease as a worker would, in the owner's
 // bucket.
-func holdLease(t *testing.T, o *owner, folder string, key clog.Key) *natsbus.Lease {
+func holdLease(t *testing.T, o *owner, folder string, key record.Key) *natsbus.Lease {
 	t.Helper()
 	js, err := jetstream.New(o.nc)
 	if err != nil {
@@ -220,19 +221,19 @@ func holdLease(t *testing.T, o *owner, folder string, key clog.Key) *natsbus.Lea
 func TestRetriedWriteStoredOnce(t *testing.T) {
 	o := startOwner(t)
 	c := o.client(t)
-	key := clog.Key{Agent: "echo", Instance: "i", Session: "retry"}
-	sub, _, err := o.db.Admit(context.Background(), clog.Admission{Key: key, Records: []clog.Record{userRecord("x")}})
+	key := record.Key{Agent: "echo", Instance: "i", Session: "retry"}
+	sub, _, err := o.db.Admit(context.Background(), clog.Admission{Key: key, Records: []record.Record{userRecord("x")}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	l := holdLease(t, o, c.InstanceID(), key)
 	f := pool.Fence{Lease: l.Owner(), Step: 1}
 	ctx := context.Background()
-	reply := clog.EntryRecord(clog.Entry{ID: "01JREPLYFIXEDID0000000000A", Type: clog.EntryAssistantMessage, Payload: json.RawMessage(`{"parts":[]}`)})
+	reply := record.EntryRecord(record.Entry{ID: "01JREPLYFIXEDID0000000000A", Type: record.EntryAssistantMessage, Payload: json.RawMessage(`{"parts":[]}`)})
 	writes := []clog.Write{
 		{Key: key, Start: []string{sub.ID}, TurnID: "turn_1"},
-		{Key: key, TurnID: "turn_1", Records: []clog.Record{reply}},
-		{Key: key, TurnID: "turn_1", Settle: []clog.Settlement{{SubmissionID: sub.ID, Outcome: clog.OutcomeCompleted}}},
+		{Key: key, TurnID: "turn_1", Records: []record.Record{reply}},
+		{Key: key, TurnID: "turn_1", Settle: []record.Settlement{{SubmissionID: sub.ID, Outcome: record.OutcomeCompleted}}},
 	}
 	for i, w := range writes {
 		f.Step = uint64(i + 1)
@@ -242,14 +243,14 @@ func TestRetriedWriteStoredOnce(t *testing.T) {
 			}
 		}
 	}
-	if n := len(o.entries(t, key, clog.EntryAssistantMessage)); n != 1 {
+	if n := len(o.entries(t, key, record.EntryAssistantMessage)); n != 1 {
 		t.Fatalf("%d replies stored, want 1", n)
 	}
-	if n := len(o.entries(t, key, clog.EntrySettlement)); n != 1 {
+	if n := len(o.entries(t, key, record.EntrySettlement)); n != 1 {
 		t.Fatalf("%d settlements stored, want 1", n)
 	}
 	// A settlement that differs from the stored one is no replay.
-	_, err = c.WriteFenced(ctx, clog.Write{Key: key, TurnID: "turn_1", Settle: []clog.Settlement{{SubmissionID: sub.ID, Outcome: clog.OutcomeAborted}}}, f)
+	_, err = c.WriteFenced(ctx, clog.Write{Key: key, TurnID: "turn_1", Settle: []record.Settlement{{SubmissionID: sub.ID, Outcome: record.OutcomeAborted}}}, f)
 	if !errors.Is(err, clog.ErrSubmissionSettled) {
 		t.Fatalf("conflicting settlement: %v, want ErrSubmissionSettled", err)
 	}
@@ -260,8 +261,8 @@ func TestRetriedWriteStoredOnce(t *testing.T) {
 func TestFencedWriteRefused(t *testing.T) {
 	o := startOwner(t)
 	c := o.client(t)
-	key := clog.Key{Agent: "echo", Instance: "i", Session: "fence"}
-	sub, _, err := o.db.Admit(context.Background(), clog.Admission{Key: key, Records: []clog.Record{userRecord("x")}})
+	key := record.Key{Agent: "echo", Instance: "i", Session: "fence"}
+	sub, _, err := o.db.Admit(context.Background(), clog.Admission{Key: key, Records: []record.Record{userRecord("x")}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +278,7 @@ func TestFencedWriteRefused(t *testing.T) {
 		t.Fatalf("write under another's lease: %v, want ErrFenced", err)
 	}
 	got, err := o.db.Submission(ctx, sub.ID)
-	if err != nil || got.Status != clog.StatusAdmitted {
+	if err != nil || got.Status != record.StatusAdmitted {
 		t.Fatalf("submission after refused writes: %+v %v", got, err)
 	}
 }
@@ -296,8 +297,8 @@ func TestDeadWorkerTurnSettledInterrupted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := clog.Key{Agent: "echo", Instance: "i", Session: "dead"}
-	sub, _, err := o.db.Admit(context.Background(), clog.Admission{Key: key, Records: []clog.Record{userRecord("x")}})
+	key := record.Key{Agent: "echo", Instance: "i", Session: "dead"}
+	sub, _, err := o.db.Admit(context.Background(), clog.Admission{Key: key, Records: []record.Record{userRecord("x")}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,26 +328,26 @@ func TestDeadWorkerTurnSettledInterrupted(t *testing.T) {
 	// so that turns of one session follow one another in the log.
 	next := o.admit(t, key, "after the dead one")
 	got := o.settled(t, sub.ID)
-	if n := o.settled(t, next.ID); n.Status != clog.StatusCompleted {
+	if n := o.settled(t, next.ID); n.Status != record.StatusCompleted {
 		t.Fatalf("the next submission: %+v", n)
 	}
 	var order []string
-	for _, e := range o.entries(t, key, clog.EntrySettlement) {
+	for _, e := range o.entries(t, key, record.EntrySettlement) {
 		order = append(order, e.SubmissionID)
 	}
 	if len(order) != 2 || order[0] != sub.ID {
 		t.Fatalf("settlements in order %v, want the dead turn's (%s) first", order, sub.ID)
 	}
-	if got.Status != clog.StatusFailed || got.Error == nil || got.Error.Code != "interrupted" || got.TurnID != "turn_dead" {
+	if got.Status != record.StatusFailed || got.Error == nil || got.Error.Code != "interrupted" || got.TurnID != "turn_dead" {
 		t.Fatalf("orphaned turn settled %+v", got)
 	}
-	for _, e := range o.entries(t, key, clog.EntryAssistantMessage) {
+	for _, e := range o.entries(t, key, record.EntryAssistantMessage) {
 		if e.SubmissionID == sub.ID {
 			t.Fatalf("the orphaned submission was re-run: %+v", e)
 		}
 	}
 	// The dead worker's late write is fenced off.
-	if _, err := dead.WriteFenced(context.Background(), clog.Write{Key: key, TurnID: "turn_dead", Records: []clog.Record{userRecord("late")}}, pool.Fence{Lease: l.Owner(), Step: 2}); !errors.Is(err, remote.ErrFenced) {
+	if _, err := dead.WriteFenced(context.Background(), clog.Write{Key: key, TurnID: "turn_dead", Records: []record.Record{userRecord("late")}}, pool.Fence{Lease: l.Owner(), Step: 2}); !errors.Is(err, remote.ErrFenced) {
 		t.Fatalf("late write of the dead worker: %v, want ErrFenced", err)
 	}
 }
@@ -357,18 +358,18 @@ func TestDeadWorkerTurnSettledInterrupted(t *testing.T) {
 func TestRemoteAbort(t *testing.T) {
 	o := startOwner(t)
 	startWorker(t, o)
-	key := clog.Key{Agent: "slow", Instance: "i", Session: "abort"}
+	key := record.Key{Agent: "slow", Instance: "i", Session: "abort"}
 	running := o.admit(t, key, "one two three four five six seven eight nine ten")
 	queued := o.admit(t, key, "later")
 	waitFor(t, "the turn to start", func() bool {
 		s, err := o.db.Submission(context.Background(), running.ID)
-		return err == nil && s.Status == clog.StatusRunning
+		return err == nil && s.Status == record.StatusRunning
 	})
 	// The queued one may have joined the running turn; abort it only if
 	// it is still waiting.
-	if q, err := o.db.Submission(context.Background(), queued.ID); err == nil && q.Status == clog.StatusAdmitted {
+	if q, err := o.db.Submission(context.Background(), queued.ID); err == nil && q.Status == record.StatusAdmitted {
 		got, err := o.srv.Abort(context.Background(), queued.ID)
-		if err != nil || got.Status != clog.StatusAborted {
+		if err != nil || got.Status != record.StatusAborted {
 			t.Fatalf("abort of a queued submission: %+v %v", got, err)
 		}
 	}
@@ -376,7 +377,7 @@ func TestRemoteAbort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Status != clog.StatusAborted {
+	if got.Status != record.StatusAborted {
 		t.Fatalf("abort of a running submission answered %+v", got)
 	}
 	if _, err := o.srv.Abort(context.Background(), running.ID); !errors.Is(err, clog.ErrSubmissionSettled) {
@@ -391,13 +392,13 @@ func TestRemoteAbort(t *testing.T) {
 func TestOwnerRefusesNonHolders(t *testing.T) {
 	o := startOwner(t)
 	c := o.client(t)
-	key := clog.Key{Agent: "echo", Instance: "i", Session: "holders"}
-	sub, _, err := o.db.Admit(context.Background(), clog.Admission{Key: key, Records: []clog.Record{userRecord("secret")}})
+	key := record.Key{Agent: "echo", Instance: "i", Session: "holders"}
+	sub, _, err := o.db.Admit(context.Background(), clog.Admission{Key: key, Records: []record.Record{userRecord("secret")}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	forged := clog.Write{Key: key, TurnID: "turn_forged", Records: []clog.Record{userRecord("forged")}}
+	forged := clog.Write{Key: key, TurnID: "turn_forged", Records: []record.Record{userRecord("forged")}}
 	start := clog.Write{Key: key, Start: []string{sub.ID}, TurnID: "turn_forged"}
 	cases := []struct {
 		name   string
@@ -410,8 +411,8 @@ func TestOwnerRefusesNonHolders(t *testing.T) {
 			_, err := c.WriteFenced(ctx, forged, pool.Fence{Lease: "worker-other " + "forged", Step: 1})
 			return err
 		}},
-		{"read, no lease", "", func() error { _, err := c.Read(ctx, key, clog.Start, 10); return err }},
-		{"read, another's lease", "worker-other", func() error { _, err := c.Read(ctx, key, clog.Start, 10); return err }},
+		{"read, no lease", "", func() error { _, err := c.Read(ctx, key, record.Start, 10); return err }},
+		{"read, another's lease", "worker-other", func() error { _, err := c.Read(ctx, key, record.Start, 10); return err }},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -428,15 +429,15 @@ func TestOwnerRefusesNonHolders(t *testing.T) {
 			}
 		})
 	}
-	if n := len(o.entries(t, key, clog.EntryUserMessage)); n != 1 {
+	if n := len(o.entries(t, key, record.EntryUserMessage)); n != 1 {
 		t.Fatalf("%d user entries after the refused writes, want 1", n)
 	}
-	if got, err := o.db.Submission(ctx, sub.ID); err != nil || got.Status != clog.StatusAdmitted {
+	if got, err := o.db.Submission(ctx, sub.ID); err != nil || got.Status != record.StatusAdmitted {
 		t.Fatalf("submission after refused writes: %+v %v", got, err)
 	}
 	// The holder reads and writes.
 	holdLease(t, o, c.InstanceID(), key)
-	res, err := c.Read(ctx, key, clog.Start, 10)
+	res, err := c.Read(ctx, key, record.Start, 10)
 	if err != nil || len(res.Batches) == 0 {
 		t.Fatalf("the holder's read: %+v %v", res, err)
 	}
@@ -451,18 +452,18 @@ func TestQuiesceWaitsForRemoteTurns(t *testing.T) {
 	o := startOwner(t)
 	startWorker(t, o)
 	ctx := context.Background()
-	key := clog.Key{Agent: "slow", Instance: "i", Session: "quiesce"}
+	key := record.Key{Agent: "slow", Instance: "i", Session: "quiesce"}
 	running := o.admit(t, key, "one two three four five six seven eight nine ten")
 	waitFor(t, "the turn to start", func() bool {
 		s, err := o.db.Submission(ctx, running.ID)
-		return err == nil && s.Status == clog.StatusRunning
+		return err == nil && s.Status == record.StatusRunning
 	})
-	err := o.srv.Quiesce(ctx, []clog.Key{key}, true, func(ctx context.Context) error {
+	err := o.srv.Quiesce(ctx, []record.Key{key}, true, func(ctx context.Context) error {
 		s, err := o.db.Submission(ctx, running.ID)
 		if err != nil {
 			return err
 		}
-		if s.Status != clog.StatusAborted {
+		if s.Status != record.StatusAborted {
 			return fmt.Errorf("the change runs with the remote turn %s", s.Status)
 		}
 		_, err = o.db.Reset(ctx, key)
@@ -472,7 +473,7 @@ func TestQuiesceWaitsForRemoteTurns(t *testing.T) {
 		t.Fatal(err)
 	}
 	after := o.admit(t, key, "after")
-	if s := o.settled(t, after.ID); s.Status != clog.StatusCompleted {
+	if s := o.settled(t, after.ID); s.Status != record.StatusCompleted {
 		t.Fatalf("a turn after the change: %+v", s)
 	}
 }

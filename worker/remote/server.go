@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/worker/natsbus"
 )
 
@@ -258,7 +259,7 @@ func (s *Server) write(ctx context.Context, rq *request) (clog.Appended, error) 
 // holds returns nil if the session's lease names holder, a live lease
 // (the bucket's entries lapse a TTL after their holder's last renewal),
 // and ErrNotLeaseHolder otherwise.
-func (s *Server) holds(ctx context.Context, key clog.Key, holder string) error {
+func (s *Server) holds(ctx context.Context, key record.Key, holder string) error {
 	if holder == "" {
 		return fmt.Errorf("%w: the request names no session lease", ErrNotLeaseHolder)
 	}
@@ -294,13 +295,13 @@ func (s *Server) replayed(ctx context.Context, w clog.Write, err error) bool {
 	}
 	for _, id := range w.Start {
 		sub, err := s.cfg.Log.Submission(ctx, id)
-		if err != nil || sub.TurnID != w.TurnID || sub.Status == clog.StatusAdmitted {
+		if err != nil || sub.TurnID != w.TurnID || sub.Status == record.StatusAdmitted {
 			return false
 		}
 	}
 	for _, st := range w.Settle {
 		sub, err := s.cfg.Log.Submission(ctx, st.SubmissionID)
-		if err != nil || sub.Status != clog.Status(st.Outcome) || (w.TurnID != "" && sub.TurnID != w.TurnID) {
+		if err != nil || sub.Status != record.Status(st.Outcome) || (w.TurnID != "" && sub.TurnID != w.TurnID) {
 			return false
 		}
 		if (sub.Error == nil) != (st.Error == nil) || (sub.Error != nil && sub.Error.Code != st.Error.Code) {
@@ -315,7 +316,7 @@ func (s *Server) replayed(ctx context.Context, w clog.Write, err error) bool {
 var _ conversation.Runner = (*Server)(nil)
 
 // Claim makes no fast-path offer: the turns start in other processes.
-func (s *Server) Claim(clog.Key) conversation.Claim { return nil }
+func (s *Server) Claim(record.Key) conversation.Claim { return nil }
 
 // Abort ends a submission for the HTTP API when no agents run in this
 // process (`serve --workers=0`): one not yet started is settled aborted
@@ -323,25 +324,25 @@ func (s *Server) Claim(clog.Key) conversation.Claim { return nil }
 // asked over NATS and answers once the turn has settled (within ctx). If
 // no worker answers, the turn's worker is gone and the sweep of another
 // settles it interrupted once its lease lapses.
-func (s *Server) Abort(ctx context.Context, id string) (clog.Submission, error) {
+func (s *Server) Abort(ctx context.Context, id string) (record.Submission, error) {
 	db := s.cfg.Log
 	sub, err := db.Submission(ctx, id)
 	if err != nil {
-		return clog.Submission{}, err
+		return record.Submission{}, err
 	}
 	if sub.Status.Terminal() {
 		return sub, fmt.Errorf("abort %s: %w", id, clog.ErrSubmissionSettled)
 	}
-	if sub.Status == clog.StatusAdmitted {
-		_, err := db.Write(ctx, clog.Write{Key: sub.Key, Settle: []clog.Settlement{{
-			SubmissionID: id, Outcome: clog.OutcomeAborted,
-			Error: &clog.Failure{Code: "aborted", Message: "aborted before it ran"},
+	if sub.Status == record.StatusAdmitted {
+		_, err := db.Write(ctx, clog.Write{Key: sub.Key, Settle: []record.Settlement{{
+			SubmissionID: id, Outcome: record.OutcomeAborted,
+			Error: &record.Failure{Code: "aborted", Message: "aborted before it ran"},
 		}}})
 		if err == nil {
 			return db.Submission(ctx, id)
 		}
 		if !errors.Is(err, clog.ErrSubmissionState) && !errors.Is(err, clog.ErrSubmissionSettled) {
-			return clog.Submission{}, fmt.Errorf("abort %s: %w", id, err)
+			return record.Submission{}, fmt.Errorf("abort %s: %w", id, err)
 		}
 		// Started (or settled) meanwhile by a worker: ask it, below.
 	}
@@ -363,7 +364,7 @@ func (s *Server) Abort(ctx context.Context, id string) (clog.Submission, error) 
 // running turns are aborted and waited for (each worker answers its abort
 // once the turn has settled, or the abort gives up after its bound) before
 // fn when abortFirst, else told to stop after fn.
-func (s *Server) Quiesce(ctx context.Context, keys []clog.Key, abortFirst bool, fn func(context.Context) error) error {
+func (s *Server) Quiesce(ctx context.Context, keys []record.Key, abortFirst bool, fn func(context.Context) error) error {
 	release := s.quiesce.hold(keys)
 	defer release()
 	var running []string
@@ -373,7 +374,7 @@ func (s *Server) Quiesce(ctx context.Context, keys []clog.Key, abortFirst bool, 
 			return err
 		}
 		for _, sub := range subs {
-			if sub.Status == clog.StatusRunning {
+			if sub.Status == record.StatusRunning {
 				running = append(running, sub.ID)
 			}
 		}
@@ -401,15 +402,15 @@ func (s *Server) Quiesce(ctx context.Context, keys []clog.Key, abortFirst bool, 
 // quiesced is the set of sessions whose lifecycle change is under way.
 type quiesced struct {
 	mu   sync.Mutex
-	keys map[clog.Key]int
+	keys map[record.Key]int
 	free chan struct{} // closed (and replaced) whenever a hold ends
 }
 
-func (q *quiesced) hold(keys []clog.Key) (release func()) {
+func (q *quiesced) hold(keys []record.Key) (release func()) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.keys == nil {
-		q.keys, q.free = map[clog.Key]int{}, make(chan struct{})
+		q.keys, q.free = map[record.Key]int{}, make(chan struct{})
 	}
 	for _, k := range keys {
 		q.keys[k]++
@@ -431,7 +432,7 @@ func (q *quiesced) hold(keys []clog.Key) (release func()) {
 }
 
 // wait returns once key is not held, or with ctx's error.
-func (q *quiesced) wait(ctx context.Context, key clog.Key) error {
+func (q *quiesced) wait(ctx context.Context, key record.Key) error {
 	for {
 		q.mu.Lock()
 		held, free := q.keys[key] > 0, q.free

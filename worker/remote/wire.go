@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/worker/pool"
 )
 
@@ -43,8 +44,8 @@ var errUnavailable = errors.New("log owner unavailable")
 // (a submission's key, a batch's count) that their JSON forms leave out.
 type request struct {
 	ID     string
-	Key    clog.Key
-	Offset clog.Offset
+	Key    record.Key
+	Offset record.Offset
 	Limit  int
 	Cursor clog.ScanCursor
 	Write  clog.Write
@@ -54,12 +55,12 @@ type request struct {
 type response struct {
 	Err      []string // codes of the sentinels the error wraps
 	Message  string
-	Sub      clog.Submission
-	Subs     []clog.Submission
+	Sub      record.Submission
+	Subs     []record.Submission
 	Cursor   clog.ScanCursor
-	Read     clog.ReadResult
-	Inc      clog.Incarnation
-	Offset   clog.Offset
+	Read     record.ReadResult
+	Inc      record.Incarnation
+	Offset   record.Offset
 	Appended clog.Appended
 	Instance string
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/convlog/convlog/internal/check"
 	"github.com/convlog/convlog/internal/conversation"
 	clog "github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/worker"
 	"github.com/convlog/convlog/worker/natsbus"
 	"github.com/convlog/convlog/worker/pool"
@@ -166,15 +167,15 @@ func startRemote(t *testing.T) *rig {
 	return &rig{db: db, relay: relay, runner: srv}
 }
 
-func userRecord(text string) clog.Record {
-	p, _ := json.Marshal(clog.MessagePayload{Parts: []clog.Part{{Type: clog.PartText, Text: text}}})
-	return clog.EntryRecord(clog.Entry{Type: clog.EntryUserMessage, Payload: p})
+func userRecord(text string) record.Record {
+	p, _ := json.Marshal(record.MessagePayload{Parts: []record.Part{{Type: record.PartText, Text: text}}})
+	return record.EntryRecord(record.Entry{Type: record.EntryUserMessage, Payload: p})
 }
 
 // admit admits a message and kicks the relay, as the core does.
-func (r *rig) admit(t *testing.T, key clog.Key, text string) clog.Submission {
+func (r *rig) admit(t *testing.T, key record.Key, text string) record.Submission {
 	t.Helper()
-	sub, _, err := r.db.Admit(context.Background(), clog.Admission{Key: key, Records: []clog.Record{userRecord(text)}})
+	sub, _, err := r.db.Admit(context.Background(), clog.Admission{Key: key, Records: []record.Record{userRecord(text)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +183,7 @@ func (r *rig) admit(t *testing.T, key clog.Key, text string) clog.Submission {
 	return sub
 }
 
-func (r *rig) sub(t *testing.T, id string) clog.Submission {
+func (r *rig) sub(t *testing.T, id string) record.Submission {
 	t.Helper()
 	s, err := r.db.Submission(context.Background(), id)
 	if err != nil {
@@ -193,9 +194,9 @@ func (r *rig) sub(t *testing.T, id string) clog.Submission {
 
 // waitStatus waits until the submission has status want; a terminal
 // status other than want fails at once.
-func (r *rig) waitStatus(t *testing.T, id string, want clog.Status) clog.Submission {
+func (r *rig) waitStatus(t *testing.T, id string, want record.Status) record.Submission {
 	t.Helper()
-	var s clog.Submission
+	var s record.Submission
 	check.For(t, 30*time.Second, 5*time.Millisecond, func() error {
 		s = r.sub(t, id)
 		if s.Status == want {
@@ -211,10 +212,10 @@ func (r *rig) waitStatus(t *testing.T, id string, want clog.Status) clog.Submiss
 
 // settlements are the settlement entries of key's current incarnation, by
 // submission.
-func (r *rig) settlements(t *testing.T, key clog.Key) map[string][]clog.Settlement {
+func (r *rig) settlements(t *testing.T, key record.Key) map[string][]record.Settlement {
 	t.Helper()
-	out := map[string][]clog.Settlement{}
-	off := clog.Start
+	out := map[string][]record.Settlement{}
+	off := record.Start
 	for {
 		res, err := r.db.Read(context.Background(), key, off, 0)
 		if err != nil {
@@ -226,8 +227,8 @@ func (r *rig) settlements(t *testing.T, key clog.Key) map[string][]clog.Settleme
 				t.Fatal(err)
 			}
 			for _, rec := range recs {
-				if rec.Kind == clog.KindEntry && rec.Entry.Type == clog.EntrySettlement {
-					var st clog.Settlement
+				if rec.Kind == record.KindEntry && rec.Entry.Type == record.EntrySettlement {
+					var st record.Settlement
 					if err := json.Unmarshal(rec.Entry.Payload, &st); err != nil {
 						t.Fatal(err)
 					}
@@ -242,7 +243,7 @@ func (r *rig) settlements(t *testing.T, key clog.Key) map[string][]clog.Settleme
 	}
 }
 
-func (r *rig) settledOnce(t *testing.T, key clog.Key, id string, outcome clog.Outcome) {
+func (r *rig) settledOnce(t *testing.T, key record.Key, id string, outcome record.Outcome) {
 	t.Helper()
 	sts := r.settlements(t, key)[id]
 	if len(sts) != 1 || sts[0].Outcome != outcome {
@@ -255,7 +256,7 @@ func (r *rig) settledOnce(t *testing.T, key clog.Key, id string, outcome clog.Ou
 func (r *rig) stillAdmitted(t *testing.T, id string, d time.Duration) {
 	t.Helper()
 	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-		if s := r.sub(t, id); s.Status != clog.StatusAdmitted {
+		if s := r.sub(t, id); s.Status != record.StatusAdmitted {
 			t.Fatalf("submission %s is %s while its session is quiesced", id, s.Status)
 		}
 	}
@@ -272,54 +273,54 @@ const long = "/sleep 60s"
 
 var contract = []struct {
 	name string
-	fn   func(t *testing.T, r *rig, key clog.Key)
+	fn   func(t *testing.T, r *rig, key record.Key)
 }{
-	{"abort of a running turn settles it aborted once", func(t *testing.T, r *rig, key clog.Key) {
+	{"abort of a running turn settles it aborted once", func(t *testing.T, r *rig, key record.Key) {
 		sub := r.admit(t, key, long)
-		r.waitStatus(t, sub.ID, clog.StatusRunning)
+		r.waitStatus(t, sub.ID, record.StatusRunning)
 		got, err := r.runner.Abort(timeout(t), sub.ID)
-		if err != nil || got.ID != sub.ID || got.Status != clog.StatusAborted {
+		if err != nil || got.ID != sub.ID || got.Status != record.StatusAborted {
 			t.Fatalf("Abort: %+v, %v; want it aborted", got, err)
 		}
-		r.settledOnce(t, key, sub.ID, clog.OutcomeAborted)
+		r.settledOnce(t, key, sub.ID, record.OutcomeAborted)
 		// A second abort changes nothing.
 		if _, err := r.runner.Abort(timeout(t), sub.ID); !errors.Is(err, clog.ErrSubmissionSettled) {
 			t.Fatalf("second Abort: %v, want ErrSubmissionSettled", err)
 		}
-		r.settledOnce(t, key, sub.ID, clog.OutcomeAborted)
+		r.settledOnce(t, key, sub.ID, record.OutcomeAborted)
 		// The session goes on.
 		next := r.admit(t, key, "after")
-		r.waitStatus(t, next.ID, clog.StatusCompleted)
+		r.waitStatus(t, next.ID, record.StatusCompleted)
 	}},
-	{"abort of a waiting submission settles it at once", func(t *testing.T, r *rig, key clog.Key) {
+	{"abort of a waiting submission settles it at once", func(t *testing.T, r *rig, key record.Key) {
 		running := r.admit(t, key, long)
-		r.waitStatus(t, running.ID, clog.StatusRunning)
+		r.waitStatus(t, running.ID, record.StatusRunning)
 		waiting := r.admit(t, key, "waiting")
 		got, err := r.runner.Abort(timeout(t), waiting.ID)
-		if err != nil || got.Status != clog.StatusAborted {
+		if err != nil || got.Status != record.StatusAborted {
 			t.Fatalf("Abort: %+v, %v", got, err)
 		}
-		r.settledOnce(t, key, waiting.ID, clog.OutcomeAborted)
-		if s := r.sub(t, running.ID); s.Status != clog.StatusRunning {
+		r.settledOnce(t, key, waiting.ID, record.OutcomeAborted)
+		if s := r.sub(t, running.ID); s.Status != record.StatusRunning {
 			t.Fatalf("the running turn: %+v", s)
 		}
 		if _, err := r.runner.Abort(timeout(t), running.ID); err != nil {
 			t.Fatal(err)
 		}
-		r.settledOnce(t, key, running.ID, clog.OutcomeAborted)
+		r.settledOnce(t, key, running.ID, record.OutcomeAborted)
 	}},
-	{"quiesce aborts the running turn first and holds new starts", func(t *testing.T, r *rig, key clog.Key) {
+	{"quiesce aborts the running turn first and holds new starts", func(t *testing.T, r *rig, key record.Key) {
 		running := r.admit(t, key, long)
-		r.waitStatus(t, running.ID, clog.StatusRunning)
-		var held clog.Submission
+		r.waitStatus(t, running.ID, record.StatusRunning)
+		var held record.Submission
 		ran := false
-		err := r.runner.Quiesce(timeout(t), []clog.Key{key}, true, func(ctx context.Context) error {
+		err := r.runner.Quiesce(timeout(t), []record.Key{key}, true, func(ctx context.Context) error {
 			ran = true
 			// The running turn ended, aborted, before fn.
-			if s := r.sub(t, running.ID); s.Status != clog.StatusAborted {
+			if s := r.sub(t, running.ID); s.Status != record.StatusAborted {
 				return fmt.Errorf("in fn, the running turn is %s", s.Status)
 			}
-			r.settledOnce(t, key, running.ID, clog.OutcomeAborted)
+			r.settledOnce(t, key, running.ID, record.OutcomeAborted)
 			// A delivery meanwhile does not start until fn returns.
 			held = r.admit(t, key, "held")
 			r.stillAdmitted(t, held.ID, time.Second)
@@ -328,15 +329,15 @@ var contract = []struct {
 		if err != nil || !ran {
 			t.Fatalf("Quiesce: %v (fn ran: %v)", err, ran)
 		}
-		r.waitStatus(t, held.ID, clog.StatusCompleted)
-		r.settledOnce(t, key, held.ID, clog.OutcomeCompleted)
-		r.settledOnce(t, key, running.ID, clog.OutcomeAborted)
+		r.waitStatus(t, held.ID, record.StatusCompleted)
+		r.settledOnce(t, key, held.ID, record.OutcomeCompleted)
+		r.settledOnce(t, key, running.ID, record.OutcomeAborted)
 	}},
-	{"quiesce without abortFirst leaves the running turn to fn", func(t *testing.T, r *rig, key clog.Key) {
+	{"quiesce without abortFirst leaves the running turn to fn", func(t *testing.T, r *rig, key record.Key) {
 		running := r.admit(t, key, long)
-		r.waitStatus(t, running.ID, clog.StatusRunning)
-		err := r.runner.Quiesce(timeout(t), []clog.Key{key}, false, func(ctx context.Context) error {
-			if s := r.sub(t, running.ID); s.Status != clog.StatusRunning {
+		r.waitStatus(t, running.ID, record.StatusRunning)
+		err := r.runner.Quiesce(timeout(t), []record.Key{key}, false, func(ctx context.Context) error {
+			if s := r.sub(t, running.ID); s.Status != record.StatusRunning {
 				return fmt.Errorf("in fn, the running turn is %s: aborted first", s.Status)
 			}
 			// What a reset does: it settles the running submission in
@@ -350,22 +351,22 @@ var contract = []struct {
 		// The turn is stopped after fn: the session takes its next
 		// message, and the stopped turn settles nothing more.
 		next := r.admit(t, key, "after")
-		r.waitStatus(t, next.ID, clog.StatusCompleted)
+		r.waitStatus(t, next.ID, record.StatusCompleted)
 		sts := r.settlements(t, key)
-		if st := sts[running.ID]; len(st) != 1 || st[0].Outcome != clog.OutcomeAborted || st[0].Error == nil || st[0].Error.Code != "stream_reset" {
+		if st := sts[running.ID]; len(st) != 1 || st[0].Outcome != record.OutcomeAborted || st[0].Error == nil || st[0].Error.Code != "stream_reset" {
 			t.Fatalf("the reset turn's settlements %+v", st)
 		}
-		r.settledOnce(t, key, next.ID, clog.OutcomeCompleted)
+		r.settledOnce(t, key, next.ID, record.OutcomeCompleted)
 	}},
-	{"fn's error is Quiesce's, and the session goes on", func(t *testing.T, r *rig, key clog.Key) {
+	{"fn's error is Quiesce's, and the session goes on", func(t *testing.T, r *rig, key record.Key) {
 		boom := errors.New("boom")
-		if err := r.runner.Quiesce(timeout(t), []clog.Key{key}, true, func(context.Context) error { return boom }); !errors.Is(err, boom) {
+		if err := r.runner.Quiesce(timeout(t), []record.Key{key}, true, func(context.Context) error { return boom }); !errors.Is(err, boom) {
 			t.Fatalf("Quiesce: %v", err)
 		}
 		next := r.admit(t, key, "after")
-		r.waitStatus(t, next.ID, clog.StatusCompleted)
+		r.waitStatus(t, next.ID, record.StatusCompleted)
 	}},
-	{"claim is nil or started and released twice", func(t *testing.T, r *rig, key clog.Key) {
+	{"claim is nil or started and released twice", func(t *testing.T, r *rig, key record.Key) {
 		// The pool offers a claim while its runner lingers after a turn.
 		claim := func() conversation.Claim {
 			if !r.claims {
@@ -374,7 +375,7 @@ var contract = []struct {
 			var c conversation.Claim
 			for range 5 {
 				warm := r.admit(t, key, "warm")
-				r.waitStatus(t, warm.ID, clog.StatusCompleted)
+				r.waitStatus(t, warm.ID, record.StatusCompleted)
 				for end := time.Now().Add(2 * time.Second); c == nil && time.Now().Before(end); time.Sleep(time.Millisecond) {
 					c = r.runner.Claim(key)
 				}
@@ -396,31 +397,31 @@ var contract = []struct {
 			c.Release()
 			t.Fatal("a claim with no turn id")
 		}
-		sub, _, err := r.db.Admit(context.Background(), clog.Admission{Key: key, Records: []clog.Record{userRecord("fast")}, StartTurn: c.TurnID()})
+		sub, _, err := r.db.Admit(context.Background(), clog.Admission{Key: key, Records: []record.Record{userRecord("fast")}, StartTurn: c.TurnID()})
 		if err != nil {
 			c.Release()
 			t.Fatal(err)
 		}
-		if sub.Status != clog.StatusRunning || sub.TurnID != c.TurnID() {
+		if sub.Status != record.StatusRunning || sub.TurnID != c.TurnID() {
 			c.Release()
 			t.Fatalf("admitted %+v, want running as %s", sub, c.TurnID())
 		}
 		c.Started(sub)
 		c.Release()
 		c.Release()
-		got := r.waitStatus(t, sub.ID, clog.StatusCompleted)
+		got := r.waitStatus(t, sub.ID, record.StatusCompleted)
 		if got.TurnID != c.TurnID() {
 			t.Fatalf("ran as %s, claimed %s", got.TurnID, c.TurnID())
 		}
-		r.settledOnce(t, key, sub.ID, clog.OutcomeCompleted)
+		r.settledOnce(t, key, sub.ID, record.OutcomeCompleted)
 
 		// A claim released unused, twice, leaves the session as it was.
 		c = claim()
 		c.Release()
 		c.Release()
 		next := r.admit(t, key, "after")
-		r.waitStatus(t, next.ID, clog.StatusCompleted)
-		r.settledOnce(t, key, next.ID, clog.OutcomeCompleted)
+		r.waitStatus(t, next.ID, record.StatusCompleted)
+		r.settledOnce(t, key, next.ID, record.OutcomeCompleted)
 	}},
 }
 
@@ -436,7 +437,7 @@ func TestRunnerContract(t *testing.T) {
 			r := impl.start(t)
 			for i, tc := range contract {
 				t.Run(tc.name, func(t *testing.T) {
-					tc.fn(t, r, clog.Key{Agent: "echo", Instance: "i", Session: fmt.Sprintf("s%d", i)})
+					tc.fn(t, r, record.Key{Agent: "echo", Instance: "i", Session: fmt.Sprintf("s%d", i)})
 				})
 			}
 		})

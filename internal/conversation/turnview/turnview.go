@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/transport/wire"
 )
 
@@ -51,8 +52,8 @@ const (
 
 // Kinds of a part event.
 const (
-	KindText      = log.PartText
-	KindReasoning = log.PartReasoning
+	KindText      = record.PartText
+	KindReasoning = record.PartReasoning
 )
 
 // Event is one step of a submission's answer, in no client's format.
@@ -65,9 +66,9 @@ type Event struct {
 	Input    json.RawMessage
 	Output   json.RawMessage
 	IsError  bool
-	Outcome  log.Outcome
-	Failure  *log.Failure
-	Sub      log.Submission
+	Outcome  record.Outcome
+	Failure  *record.Failure
+	Sub      record.Submission
 }
 
 // Sink is an adapter's encoder: Emit buffers an event, Flush sends what
@@ -81,10 +82,10 @@ type Sink interface {
 
 // Log is what a view reads of the storage engine; *log.DB satisfies it.
 type Log interface {
-	Read(ctx context.Context, key log.Key, offset log.Offset, limit int) (log.ReadResult, error)
-	Submission(ctx context.Context, id string) (log.Submission, error)
+	Read(ctx context.Context, key record.Key, offset record.Offset, limit int) (record.ReadResult, error)
+	Submission(ctx context.Context, id string) (record.Submission, error)
 	// Changed is closed by the next commit that appends to or resets key.
-	Changed(key log.Key) (ch <-chan struct{}, release func())
+	Changed(key record.Key) (ch <-chan struct{}, release func())
 	// Done is closed when the log closes.
 	Done() <-chan struct{}
 }
@@ -137,8 +138,8 @@ type livePart struct {
 // View is the view of one submission's answer, for one reader.
 type View struct {
 	c      Config
-	key    log.Key
-	sub    log.Submission
+	key    record.Key
+	sub    record.Submission
 	sink   Sink
 	cursor Deltas // nil: the log only
 	// snapshot stops at the log's tail instead of waiting for the end.
@@ -160,7 +161,7 @@ type View struct {
 // New prepares the view of sub, in key, for sink. cursor follows key's
 // deltas (nil: the log alone); fresh says that it followed them before the
 // turn answering sub could have published any.
-func New(c Config, key log.Key, sub log.Submission, cursor Deltas, fresh bool, sink Sink) *View {
+func New(c Config, key record.Key, sub record.Submission, cursor Deltas, fresh bool, sink Sink) *View {
 	if c.PageLimit <= 0 {
 		c.PageLimit = log.DefaultReadLimit
 	}
@@ -193,7 +194,7 @@ func (v *View) Run(ctx context.Context) error { return v.run(ctx) }
 func (v *View) run(ctx context.Context) error {
 	v.sink.Emit(Event{Op: OpStart, Sub: v.sub})
 	offset := v.sub.Offset
-	var inc log.Incarnation
+	var inc record.Incarnation
 	var heartbeat <-chan time.Time
 	if !v.snapshot && v.c.Heartbeat > 0 {
 		t := time.NewTicker(v.c.Heartbeat)
@@ -314,37 +315,37 @@ func (v *View) ours(ctx context.Context, id string) bool {
 	return false
 }
 
-func (v *View) record(ctx context.Context, r log.Record) error {
-	if r.Kind != log.KindEntry || r.Entry == nil {
+func (v *View) record(ctx context.Context, r record.Record) error {
+	if r.Kind != record.KindEntry || r.Entry == nil {
 		return nil
 	}
 	e := r.Entry
 	switch e.Type {
-	case log.EntrySettlement:
-		var st log.Settlement
+	case record.EntrySettlement:
+		var st record.Settlement
 		if json.Unmarshal(e.Payload, &st) != nil || st.SubmissionID != v.sub.ID {
 			return nil
 		}
 		v.endLive()
 		v.sink.Emit(Event{Op: OpFinish, Outcome: st.Outcome, Failure: st.Error, Sub: v.sub})
 		v.done = true
-	case log.EntryAssistantMessage:
+	case record.EntryAssistantMessage:
 		if e.SubmissionID == v.sub.ID && v.turnID == "" && e.TurnID != "" {
 			v.turnID = e.TurnID
 		}
 		if !v.ours(ctx, e.TurnID) {
 			return nil
 		}
-		var m log.MessagePayload
+		var m record.MessagePayload
 		if err := json.Unmarshal(e.Payload, &m); err != nil {
 			return fmt.Errorf("assistant message %s: %w", e.ID, err)
 		}
 		v.segment(m.Parts)
-	case log.EntryToolResult:
+	case record.EntryToolResult:
 		if !v.ours(ctx, e.TurnID) {
 			return nil
 		}
-		var tr log.ToolResultPayload
+		var tr record.ToolResultPayload
 		if err := json.Unmarshal(e.Payload, &tr); err != nil {
 			return fmt.Errorf("tool result %s: %w", e.ID, err)
 		}
@@ -359,11 +360,11 @@ func partID(seg, i int) string { return "p" + strconv.Itoa(seg) + "." + strconv.
 
 // segment emits a recorded segment, completing what its live deltas left
 // out, and makes the next segment the live one.
-func (v *View) segment(parts []log.Part) {
+func (v *View) segment(parts []record.Part) {
 	k := v.segs
 	for i, p := range parts {
 		switch p.Type {
-		case log.PartText, log.PartReasoning:
+		case record.PartText, record.PartReasoning:
 			if i < len(v.cur) && v.cur[i].kind == p.Type && strings.HasPrefix(p.Text, v.cur[i].text) {
 				lp := &v.cur[i]
 				if !lp.open {
@@ -385,7 +386,7 @@ func (v *View) segment(parts []log.Part) {
 				v.sink.Emit(Event{Op: OpPartDelta, Kind: p.Type, ID: id, Delta: p.Text})
 			}
 			v.sink.Emit(Event{Op: OpPartEnd, Kind: p.Type, ID: id})
-		case log.PartToolCall:
+		case record.PartToolCall:
 			v.endLive()
 			v.toolSeg[p.ToolCallID] = k
 			v.sink.Emit(Event{Op: OpToolCall, ID: p.ToolCallID, ToolName: p.ToolName, Input: p.Input})

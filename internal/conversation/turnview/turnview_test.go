@@ -15,6 +15,7 @@ import (
 	"github.com/convlog/convlog/internal/check"
 	"github.com/convlog/convlog/internal/conversation/turnview"
 	"github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/transport/wire"
 )
 
@@ -22,25 +23,25 @@ import (
 // its n-th batch.
 type memLog struct {
 	mu      sync.Mutex
-	inc     log.Incarnation
-	batches [][]log.Record
-	sub     log.Submission
+	inc     record.Incarnation
+	batches [][]record.Record
+	sub     record.Submission
 	changed chan struct{}
 	done    chan struct{}
 }
 
-func newMemLog(sub log.Submission) *memLog {
+func newMemLog(sub record.Submission) *memLog {
 	return &memLog{inc: "inc_1", sub: sub, changed: make(chan struct{}), done: make(chan struct{})}
 }
 
-func (m *memLog) Read(_ context.Context, _ log.Key, offset log.Offset, limit int) (log.ReadResult, error) {
+func (m *memLog) Read(_ context.Context, _ record.Key, offset record.Offset, limit int) (record.ReadResult, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	pos, err := strconv.Atoi(string(offset))
 	if err != nil || pos > len(m.batches) {
-		return log.ReadResult{}, log.ErrUnknownOffset
+		return record.ReadResult{}, log.ErrUnknownOffset
 	}
-	res := log.ReadResult{Incarnation: m.inc, Batches: []log.Batch{}, NextOffset: offset, UpToDate: true}
+	res := record.ReadResult{Incarnation: m.inc, Batches: []record.Batch{}, NextOffset: offset, UpToDate: true}
 	for n := pos; n < len(m.batches); n++ {
 		if len(res.Batches) == limit {
 			res.UpToDate = false
@@ -48,24 +49,24 @@ func (m *memLog) Read(_ context.Context, _ log.Key, offset log.Offset, limit int
 		}
 		raw, err := json.Marshal(m.batches[n])
 		if err != nil {
-			return log.ReadResult{}, err
+			return record.ReadResult{}, err
 		}
-		res.Batches = append(res.Batches, log.Batch{Offset: log.Offset(strconv.Itoa(n)), Count: len(m.batches[n]), Records: raw})
-		res.NextOffset = log.Offset(strconv.Itoa(n + 1))
+		res.Batches = append(res.Batches, record.Batch{Offset: record.Offset(strconv.Itoa(n)), Count: len(m.batches[n]), Records: raw})
+		res.NextOffset = record.Offset(strconv.Itoa(n + 1))
 	}
 	return res, nil
 }
 
-func (m *memLog) Submission(_ context.Context, id string) (log.Submission, error) {
+func (m *memLog) Submission(_ context.Context, id string) (record.Submission, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if id != m.sub.ID {
-		return log.Submission{}, log.ErrSubmissionNotFound
+		return record.Submission{}, log.ErrSubmissionNotFound
 	}
 	return m.sub, nil
 }
 
-func (m *memLog) Changed(log.Key) (<-chan struct{}, func()) {
+func (m *memLog) Changed(record.Key) (<-chan struct{}, func()) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.changed, func() {}
@@ -74,7 +75,7 @@ func (m *memLog) Changed(log.Key) (<-chan struct{}, func()) {
 func (m *memLog) Done() <-chan struct{} { return m.done }
 
 // append commits a batch and wakes the waiters.
-func (m *memLog) append(recs ...log.Record) {
+func (m *memLog) append(recs ...record.Record) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.batches = append(m.batches, recs)
@@ -190,25 +191,25 @@ func (s *sink) has(t *testing.T, want ...string) {
 	})
 }
 
-var key = log.Key{Agent: "a", Instance: "i", Session: log.DefaultSession}
+var key = record.Key{Agent: "a", Instance: "i", Session: record.DefaultSession}
 
-func entry(typ, sub, turn string, payload any) log.Record {
+func entry(typ, sub, turn string, payload any) record.Record {
 	b, err := json.Marshal(payload)
 	if err != nil {
 		panic(err)
 	}
-	return log.EntryRecord(log.Entry{ID: "e" + strconv.Itoa(int(time.Now().UnixNano()%1e9)), Type: typ, SubmissionID: sub, TurnID: turn, Payload: b})
+	return record.EntryRecord(record.Entry{ID: "e" + strconv.Itoa(int(time.Now().UnixNano()%1e9)), Type: typ, SubmissionID: sub, TurnID: turn, Payload: b})
 }
 
-func assistant(turn string, parts ...log.Part) log.Record {
-	return entry(log.EntryAssistantMessage, "s1", turn, log.MessagePayload{Parts: parts})
+func assistant(turn string, parts ...record.Part) record.Record {
+	return entry(record.EntryAssistantMessage, "s1", turn, record.MessagePayload{Parts: parts})
 }
 
-func settled(sub string, o log.Outcome, f *log.Failure) log.Record {
-	return entry(log.EntrySettlement, sub, "t1", log.Settlement{SubmissionID: sub, Outcome: o, Error: f})
+func settled(sub string, o record.Outcome, f *record.Failure) record.Record {
+	return entry(record.EntrySettlement, sub, "t1", record.Settlement{SubmissionID: sub, Outcome: o, Error: f})
 }
 
-func text(s string) log.Part { return log.Part{Type: log.PartText, Text: s} }
+func text(s string) record.Part { return record.Part{Type: record.PartText, Text: s} }
 
 func delta(turn, kind, s string) wire.DeltaFrame {
 	return wire.DeltaFrame{Type: wire.FrameDelta, TurnID: turn, SubmissionID: "s1", Kind: kind, Delta: s}
@@ -258,16 +259,16 @@ func applied(t *testing.T, f *frames, k *sink) {
 // do not depend on when it is read; other submissions' records are not
 // its.
 func TestSnapshotReplaysTheRecords(t *testing.T) {
-	sub := log.Submission{ID: "s1", Key: key, Offset: "0", TurnID: "t1"}
+	sub := record.Submission{ID: "s1", Key: key, Offset: "0", TurnID: "t1"}
 	l := newMemLog(sub)
-	l.append(entry(log.EntryUserMessage, "s1", "", log.MessagePayload{Parts: []log.Part{text("hi")}}))
+	l.append(entry(record.EntryUserMessage, "s1", "", record.MessagePayload{Parts: []record.Part{text("hi")}}))
 	l.append(assistant("t1",
-		log.Part{Type: log.PartReasoning, Text: "think"},
+		record.Part{Type: record.PartReasoning, Text: "think"},
 		text("Hello"),
-		log.Part{Type: log.PartToolCall, ToolCallID: "c1", ToolName: "f", Input: json.RawMessage(`{"a":1}`)}))
-	l.append(entry(log.EntryToolResult, "s1", "t1", log.ToolResultPayload{ToolCallID: "c1", ToolName: "f", Output: json.RawMessage(`"ok"`)}),
+		record.Part{Type: record.PartToolCall, ToolCallID: "c1", ToolName: "f", Input: json.RawMessage(`{"a":1}`)}))
+	l.append(entry(record.EntryToolResult, "s1", "t1", record.ToolResultPayload{ToolCallID: "c1", ToolName: "f", Output: json.RawMessage(`"ok"`)}),
 		assistant("t0", text("another turn's")))
-	l.append(assistant("t1", text("done")), settled("s0", log.OutcomeFailed, nil), settled("s1", log.OutcomeCompleted, nil))
+	l.append(assistant("t1", text("done")), settled("s0", record.OutcomeFailed, nil), settled("s1", record.OutcomeCompleted, nil))
 	l.append(assistant("t1", text("after the settlement")))
 
 	for _, pageLimit := range []int{0, 1} {
@@ -294,7 +295,7 @@ func TestSnapshotReplaysTheRecords(t *testing.T) {
 
 // A snapshot of an answer in progress stops at the log's tail.
 func TestSnapshotStopsAtTheTail(t *testing.T) {
-	sub := log.Submission{ID: "s1", Key: key, Offset: "0", TurnID: "t1"}
+	sub := record.Submission{ID: "s1", Key: key, Offset: "0", TurnID: "t1"}
 	l := newMemLog(sub)
 	l.append(assistant("t1", text("so far")))
 	k := &sink{}
@@ -312,7 +313,7 @@ func TestSnapshotStopsAtTheTail(t *testing.T) {
 // and the record completes what they left out: the text comes exactly
 // once. Frames of other turns are not its.
 func TestLiveDeltasCompletedByTheRecord(t *testing.T) {
-	sub := log.Submission{ID: "s1", Key: key, Offset: "0"}
+	sub := record.Submission{ID: "s1", Key: key, Offset: "0"}
 	l := newMemLog(sub)
 	f := newFrames()
 	k := &sink{}
@@ -341,7 +342,7 @@ func TestLiveDeltasCompletedByTheRecord(t *testing.T) {
 	k.has(t, live...)
 
 	// A frame lost ("," and " world" never came live): the record has it.
-	l.append(assistant("t1", log.Part{Type: log.PartReasoning, Text: "hmm"}, text("Hello, world")), settled("s1", log.OutcomeCompleted, nil))
+	l.append(assistant("t1", record.Part{Type: record.PartReasoning, Text: "hmm"}, text("Hello, world")), settled("s1", record.OutcomeCompleted, nil))
 	if err := result(t, done); err != nil {
 		t.Fatal(err)
 	}
@@ -353,7 +354,7 @@ func TestLiveDeltasCompletedByTheRecord(t *testing.T) {
 // the next segment from its start, holding the deltas until the tool
 // call's segment is recorded.
 func TestJoinedMidTurn(t *testing.T) {
-	sub := log.Submission{ID: "s1", Key: key, Offset: "0", TurnID: "t1"}
+	sub := record.Submission{ID: "s1", Key: key, Offset: "0", TurnID: "t1"}
 	l := newMemLog(sub)
 	f := newFrames()
 	k := &sink{}
@@ -366,7 +367,7 @@ func TestJoinedMidTurn(t *testing.T) {
 	applied(t, f, k)
 	k.has(t, "start s1") // nothing live before the tool call's segment is recorded
 
-	l.append(assistant("t1", text("Let me look."), log.Part{Type: log.PartToolCall, ToolCallID: "c1", ToolName: "f", Input: json.RawMessage(`{}`)}))
+	l.append(assistant("t1", text("Let me look."), record.Part{Type: record.PartToolCall, ToolCallID: "c1", ToolName: "f", Input: json.RawMessage(`{}`)}))
 	seg0 := []string{"start s1",
 		"part-start text p0.0", `part-delta text p0.0 "Let me look."`, "part-end text p0.0",
 		"tool-call c1 f {}",
@@ -375,10 +376,10 @@ func TestJoinedMidTurn(t *testing.T) {
 
 	f.publish(t, delta("t1", turnview.KindText, " sunny."))
 	k.has(t, append(seg0, `part-delta text p1.0 " sunny."`)...)
-	l.append(entry(log.EntryToolResult, "s1", "t1", log.ToolResultPayload{ToolCallID: "c1", ToolName: "f", IsError: true, Output: json.RawMessage(`"boom"`)}))
+	l.append(entry(record.EntryToolResult, "s1", "t1", record.ToolResultPayload{ToolCallID: "c1", ToolName: "f", IsError: true, Output: json.RawMessage(`"boom"`)}))
 	k.has(t, append(seg0, `part-delta text p1.0 " sunny."`, `tool-result c1 f "boom" true`)...)
 
-	l.append(assistant("t1", text("It is sunny.")), settled("s1", log.OutcomeFailed, &log.Failure{Code: "x", Message: "m"}))
+	l.append(assistant("t1", text("It is sunny.")), settled("s1", record.OutcomeFailed, &record.Failure{Code: "x", Message: "m"}))
 	if err := result(t, done); err != nil {
 		t.Fatal(err)
 	}
@@ -389,7 +390,7 @@ func TestJoinedMidTurn(t *testing.T) {
 // A reset under the view, a failed write and shutdown end it with an
 // error; the client leaving ends it without one.
 func TestRunEnds(t *testing.T) {
-	sub := log.Submission{ID: "s1", Key: key, Offset: "0", TurnID: "t1"}
+	sub := record.Submission{ID: "s1", Key: key, Offset: "0", TurnID: "t1"}
 
 	t.Run("reset", func(t *testing.T) {
 		l := newMemLog(sub)

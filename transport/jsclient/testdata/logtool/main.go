@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 
 	"github.com/convlog/convlog/log"
+	"github.com/convlog/convlog/log/record"
 )
 
 func main() {
@@ -40,7 +41,7 @@ func run(args []string) (err error) {
 		}
 	}()
 	ctx := context.Background()
-	key := log.Key{Agent: args[2], Instance: args[3], Session: args[4]}
+	key := record.Key{Agent: args[2], Instance: args[3], Session: args[4]}
 	switch {
 	case args[0] == "reset" && len(args) == 5:
 		inc, err := db.Reset(ctx, key)
@@ -49,7 +50,7 @@ func run(args []string) (err error) {
 		}
 		fmt.Println(inc)
 	case args[0] == "rewind" && len(args) == 6:
-		if _, err := db.Append(ctx, key, log.TruncatedRecord(args[5], "rewind")); err != nil {
+		if _, err := db.Append(ctx, key, record.TruncatedRecord(args[5], "rewind")); err != nil {
 			return err
 		}
 	case args[0] == "import" && len(args) == 6:
@@ -57,7 +58,7 @@ func run(args []string) (err error) {
 		if err != nil {
 			return err
 		}
-		var records []log.Record
+		var records []record.Record
 		if err := json.Unmarshal(b, &records); err != nil {
 			return fmt.Errorf("%s: %w", args[5], err)
 		}
