@@ -91,7 +91,7 @@ type Config struct {
 	// Linger is how long an idle in-process runner keeps its session's
 	// lease for the next message; 0 is pool.DefaultLinger.
 	Linger time.Duration
-	Logger   *slog.Logger
+	Logger *slog.Logger
 }
 
 // Service is convlog wired together in one process.
