@@ -2,11 +2,13 @@ package transport_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/convlog/convlog/internal/check"
 	"github.com/convlog/convlog/log"
 	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/transport/wire"
@@ -29,17 +31,30 @@ func TestSubmissionWaitReturnsOnSettle(t *testing.T) {
 		s, err := e.c.Submission(ctx, "echo", "i1", acc.SubmissionID, 30*time.Second)
 		done <- result{s, err, time.Now()}
 	}()
-	time.Sleep(150 * time.Millisecond)
-	select {
-	case r := <-done:
-		t.Fatalf("returned before the settlement: %+v", r)
-	default:
+	// The test's own Watch counts one; the parked long poll, another.
+	w := e.db.Watch(streamKey)
+	defer w.Close()
+	parked := func() error {
+		select {
+		case r := <-done:
+			t.Fatalf("returned before the settlement: %+v", r)
+		default:
+		}
+		if n := w.Waiters(); n < 2 {
+			return fmt.Errorf("%d waiting on the stream, want the long poll too", n)
+		}
+		return nil
 	}
-	// Appending something else wakes the waiter, which must keep waiting.
+	check.For(t, time.Minute, time.Millisecond, parked)
+	// Appending something else wakes the waiter, which must keep waiting:
+	// one that returned on the wake would answer the status from before
+	// the settlement, which the checks below refuse.
+	woken := w.Changed()
 	if _, err := e.db.Append(ctx, streamKey, assistantText("thinking")); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond)
+	<-woken
+	check.For(t, time.Minute, time.Millisecond, parked)
 	settled := time.Now()
 	if _, err := e.db.Write(ctx, log.Write{Key: streamKey, Settle: []record.Settlement{{
 		SubmissionID: acc.SubmissionID, Outcome: record.OutcomeFailed, Error: &record.Failure{Code: "model", Message: "overloaded", Retryable: true},

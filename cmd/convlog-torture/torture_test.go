@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/convlog/convlog/internal/testbin"
 	clog "github.com/convlog/convlog/log"
 	"github.com/convlog/convlog/log/record"
 )
@@ -87,7 +88,7 @@ func TestTortureCluster(t *testing.T) {
 // test skips.
 func buildNATSServer(t *testing.T) string {
 	t.Helper()
-	out, err := buildOnce("github.com/nats-io/nats-server/v2", "nats-server")
+	out, err := testbin.Build("github.com/nats-io/nats-server/v2", "nats-server")
 	if err != nil {
 		if os.Getenv("CI") != "" {
 			t.Fatalf("CI is set and nats-server cannot be built: %v", err)
@@ -139,7 +140,7 @@ func buildConvlog(t *testing.T) string {
 		t.Fatalf("the torture test builds the real binary and needs the go command: %v", err)
 	}
 	start := time.Now()
-	out, err := buildOnce("github.com/convlog/convlog/cmd/convlog", "convlog")
+	out, err := testbin.Build("github.com/convlog/convlog/cmd/convlog", "convlog")
 	if err != nil {
 		t.Fatal(err)
 	}
