@@ -161,7 +161,7 @@ func EnsureStreamReplicas(ctx context.Context, js jetstream.JetStream, ns Namesp
 		// disposable, so replace it. Any other refusal (a resource limit
 		// of a shared broker, say) leaves the stream and its doorbells be.
 		if derr := js.DeleteStream(ctx, cfg.Name); derr == nil {
-			stream, err = js.CreateStream(ctx, cfg)
+			stream, err = createAfterDelete(ctx, js, cfg)
 		}
 	}
 	if err != nil {
@@ -187,6 +187,27 @@ func EnsureStreamReplicas(ctx context.Context, js jetstream.JetStream, ns Namesp
 
 // retentionChangeRefused reports JetStream's refusal to change a stream's
 // retention policy in place (to or from a work queue).
+// createAfterDelete creates a stream just deleted. The broker removes a
+// deleted stream's store in the background, and a create at that moment
+// can fail on the vanishing folder (nats-server 2.15: "could not create
+// storage directory ... no such file or directory", answered as the
+// generic "error creating store for stream"): that refusal is retried a
+// few times, any other is returned at once.
+func createAfterDelete(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	for attempt := 1; ; attempt++ {
+		stream, err := js.CreateStream(ctx, cfg)
+		var apiErr *jetstream.APIError
+		if err == nil || attempt == 5 || !errors.As(err, &apiErr) || apiErr.ErrorCode != jsErrStreamCreate {
+			return stream, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(time.Duration(attempt) * 20 * time.Millisecond):
+		}
+	}
+}
+
 func retentionChangeRefused(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrStreamInvalidConfig &&
@@ -215,3 +236,7 @@ func replicasOrUnset(n int) int {
 	}
 	return n
 }
+
+// jsErrStreamCreate is JetStream's "error creating stream" family
+// (server.JSStreamCreateErrF), which nats.go does not name either.
+const jsErrStreamCreate jetstream.ErrorCode = 10049

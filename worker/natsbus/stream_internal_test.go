@@ -1,6 +1,7 @@
 package natsbus
 
 import (
+	"os"
 	"context"
 	"errors"
 	"testing"
@@ -16,11 +17,14 @@ import (
 func limitedBroker(t *testing.T, maxStore int64) jetstream.JetStream {
 	t.Helper()
 	s, err := server.NewServer(&server.Options{
-		JetStream: true, StoreDir: t.TempDir(), DontListen: true, NoSigs: true, NoLog: true,
+		JetStream: true, StoreDir: t.TempDir(), DontListen: true, NoSigs: true, NoLog: os.Getenv("NATSLOG") == "",
 		JetStreamMaxStore: maxStore, JetStreamMaxMemory: 64 << 20,
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if os.Getenv("NATSLOG") != "" {
+		s.ConfigureLogger()
 	}
 	go s.Start()
 	if !s.ReadyForConnections(30 * time.Second) {
