@@ -1,9 +1,9 @@
 package natsbus
 
 import (
-	"os"
 	"context"
 	"errors"
+	"os"
 	"testing"
 	"time"
 
