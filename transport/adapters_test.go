@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/convlog/convlog/internal/check"
 	"github.com/convlog/convlog/log"
 	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/transport/wire"
@@ -75,21 +76,21 @@ func (lb *liveBody) text() string {
 // waitFor polls what was received until it contains s.
 func (lb *liveBody) waitFor(t testing.TB, s string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(lb.text(), s) {
+	check.For(t, 10*time.Second, 2*time.Millisecond, func() error {
+		if strings.Contains(lb.text(), s) {
+			return nil
+		}
 		select {
 		case <-lb.done:
+			// All it received is in: look once more, then no wait helps.
 			if !strings.Contains(lb.text(), s) {
 				t.Fatalf("the stream ended without %q:\n%s", s, lb.text())
 			}
-			return
+			return nil
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("never received %q; got:\n%s", s, lb.text())
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		return fmt.Errorf("never received %q; got:\n%s", s, lb.text())
+	})
 }
 
 // end waits for the body to end and returns it.
@@ -120,24 +121,23 @@ type fakeTurn struct {
 // turn for it.
 func awaitTurn(t testing.TB, e *env, key record.Key, turnID string) *fakeTurn {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var sub string
+	check.For(t, 10*time.Second, 2*time.Millisecond, func() error {
 		p, err := e.db.Pending(context.Background(), key)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(p) > 0 {
-			ft := &fakeTurn{t: t, e: e, key: key, sub: p[len(p)-1].ID, id: turnID}
-			if _, err := e.db.Write(context.Background(), log.Write{Key: key, Start: []string{ft.sub}, TurnID: turnID}); err != nil {
-				t.Fatal(err)
-			}
-			return ft
+		if len(p) == 0 {
+			return fmt.Errorf("no submission for %s", key)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no submission for %s", key)
-		}
-		time.Sleep(2 * time.Millisecond)
+		sub = p[len(p)-1].ID
+		return nil
+	})
+	ft := &fakeTurn{t: t, e: e, key: key, sub: sub, id: turnID}
+	if _, err := e.db.Write(context.Background(), log.Write{Key: key, Start: []string{ft.sub}, TurnID: turnID}); err != nil {
+		t.Fatal(err)
 	}
+	return ft
 }
 
 func (ft *fakeTurn) frame(f map[string]any) {
@@ -629,10 +629,12 @@ func TestConversationLongPoll(t *testing.T) {
 		res <- result{resp.StatusCode, b}
 	}()
 	// Wait until the poll is parked in the handler, then append.
-	deadline := time.Now().Add(5 * time.Second)
-	for e.active.Load() == 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	check.For(t, 5*time.Second, time.Millisecond, func() error {
+		if e.active.Load() != 0 {
+			return nil
+		}
+		return fmt.Errorf("the long poll is not in the handler")
+	})
 	if _, err := e.db.Append(context.Background(), key, userText("late")); err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/convlog/convlog/internal/auth"
+	"github.com/convlog/convlog/internal/check"
 	"github.com/convlog/convlog/log"
 	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/transport"
@@ -229,25 +230,21 @@ func TestStreamCap(t *testing.T) {
 	cancel()
 	resp.Body.Close()
 	// Once the first ends, a new one is allowed.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	check.For(t, 5*time.Second, 10*time.Millisecond, func() error {
 		sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer scancel()
 		req, _ := http.NewRequestWithContext(sctx, http.MethodGet, e.ts.URL+"/agents/echo/i/stream?offset=0", nil)
 		req.Header.Set("Authorization", "Bearer alice")
 		resp, err := e.ts.Client().Do(req)
-		ok := err == nil && resp.StatusCode == http.StatusOK
-		if resp != nil {
-			resp.Body.Close()
+		if err != nil {
+			return fmt.Errorf("the cap never freed: %v", err)
 		}
-		scancel()
-		if ok {
-			break
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("the cap never freed: %d", resp.StatusCode)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the cap never freed: %v", err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // jsonField is one top-level string field of a JSON object.

@@ -1,9 +1,12 @@
 package transport_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/convlog/convlog/internal/check"
 )
 
 // A client that asks for a large JSON page and never reads it holds the
@@ -27,15 +30,14 @@ func TestPageReaderThatNeverReads(t *testing.T) {
 	e.waitIdle(t)
 }
 
-// waitFor polls cond until it holds; the bound only turns a hang into a
-// failure.
+// waitFor is check.For for a condition that says nothing of what is
+// wrong: what names it in the failure.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+	check.For(t, 10*time.Second, 5*time.Millisecond, func() error {
+		if cond() {
+			return nil
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return fmt.Errorf("still waiting for %s", what)
+	})
 }

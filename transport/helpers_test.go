@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/convlog/convlog/internal/check"
 	"github.com/convlog/convlog/internal/conversation"
 	"github.com/convlog/convlog/log"
 	"github.com/convlog/convlog/log/record"
@@ -298,14 +299,13 @@ func newEnvLog(t testing.TB, logOpts *log.Options, opts ...envOption) *env {
 // waitIdle waits until no request is inside the handler.
 func (e *env) waitIdle(t testing.TB) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
 	// A stream outlives its handler: it owns its connection.
-	for e.active.Load() != 0 || e.srv.OpenStreams() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d handlers still running, %d streams open", e.active.Load(), e.srv.OpenStreams())
+	check.For(t, 5*time.Second, 5*time.Millisecond, func() error {
+		if h, s := e.active.Load(), e.srv.OpenStreams(); h != 0 || s != 0 {
+			return fmt.Errorf("%d handlers still running, %d streams open", h, s)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // do sends a raw request and returns the status, headers and body.

@@ -2,7 +2,7 @@ package transport_test
 
 import (
 	"bytes"
-
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/convlog/convlog/internal/check"
 )
 
 // The adapters are checked with the client libraries people use: the
@@ -91,20 +93,18 @@ func startServer(t *testing.T, bin, data, addr string) *serverProc {
 	p := &serverProc{t: t, cmd: cmd, addr: addr}
 	t.Cleanup(p.kill)
 	// /readyz is a health probe, polled by design.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	check.For(t, 30*time.Second, 20*time.Millisecond, func() error {
 		resp, err := http.Get("http://" + addr + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return p
-			}
+		if err != nil {
+			return fmt.Errorf("convlog never became ready on %s: %v", addr, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("convlog never became ready on %s: %v", addr, err)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("convlog never became ready on %s: /readyz %d", addr, resp.StatusCode)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
+	return p
 }
 
 // kill is kill -9: no shutdown of any kind.

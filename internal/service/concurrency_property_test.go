@@ -24,6 +24,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/convlog/convlog/internal/check"
 	"github.com/convlog/convlog/internal/config"
 	"github.com/convlog/convlog/internal/servicetest"
 	"github.com/convlog/convlog/log/record"
@@ -768,14 +769,19 @@ func checkConcurrent(rt *rapid.T, st *cstate, readers map[ckey]*histReader, keys
 			}
 			return h.inc == p.Incarnation && last == next
 		}
-		for deadline := time.Now().Add(30 * time.Second); !caught(); time.Sleep(5 * time.Millisecond) {
+		check.For(rt, 30*time.Second, 5*time.Millisecond, func() error {
+			if caught() {
+				return nil
+			}
 			h.mu.Lock()
 			failed := append([]string(nil), h.failures...)
 			h.mu.Unlock()
-			if len(failed) > 0 || time.Now().After(deadline) {
-				rt.Fatalf("batch %d: the reader of %s never caught up with a fresh read (%s at %s); failures %q", batch, k, p.Incarnation, next, failed)
+			err := fmt.Errorf("batch %d: the reader of %s never caught up with a fresh read (%s at %s); failures %q", batch, k, p.Incarnation, next, failed)
+			if len(failed) > 0 {
+				rt.Fatal(err) // a failed reader does not catch up by waiting
 			}
-		}
+			return err
+		})
 		h.mu.Lock()
 		got, _ := json.Marshal(h.cur)
 		failed := h.failures
@@ -971,23 +977,31 @@ func startChild(t *testing.T, data, addr string) *child {
 	}
 	c := &child{cmd: cmd, done: make(chan error, 1)}
 	go func() { c.done <- cmd.Wait() }()
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	// A child that never became ready is killed as the test fails; one
+	// that exited has nothing left to kill (and kill would wait on done).
+	ready, exited := false, false
+	defer func() {
+		if !ready && !exited {
+			c.kill()
+		}
+	}()
+	check.For(t, 60*time.Second, 20*time.Millisecond, func() error {
 		if resp, err := http.Get("http://" + addr + "/readyz"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
-				return c
+				return nil
 			}
 		}
 		select {
 		case err := <-c.done:
+			exited = true
 			t.Fatalf("the service exited: %v\n%s", err, stderr.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			c.kill()
-			t.Fatalf("the service never became ready:\n%s", stderr.String())
-		}
-	}
+		return fmt.Errorf("the service never became ready:\n%s", stderr.String())
+	})
+	ready = true
+	return c
 }
 
 func (c *child) kill() {
