@@ -629,7 +629,7 @@ func TestConversationLongPoll(t *testing.T) {
 		res <- result{resp.StatusCode, b}
 	}()
 	// Wait until the poll is parked in the handler, then append.
-	check.For(t, 5*time.Second, time.Millisecond, func() error {
+	check.For(t, 30*time.Second, time.Millisecond, func() error {
 		if e.active.Load() != 0 {
 			return nil
 		}

@@ -230,7 +230,7 @@ func TestStreamCap(t *testing.T) {
 	cancel()
 	resp.Body.Close()
 	// Once the first ends, a new one is allowed.
-	check.For(t, 5*time.Second, 10*time.Millisecond, func() error {
+	check.For(t, 30*time.Second, 10*time.Millisecond, func() error {
 		sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer scancel()
 		req, _ := http.NewRequestWithContext(sctx, http.MethodGet, e.ts.URL+"/agents/echo/i/stream?offset=0", nil)

@@ -300,7 +300,7 @@ func newEnvLog(t testing.TB, logOpts *log.Options, opts ...envOption) *env {
 func (e *env) waitIdle(t testing.TB) {
 	t.Helper()
 	// A stream outlives its handler: it owns its connection.
-	check.For(t, 5*time.Second, 5*time.Millisecond, func() error {
+	check.For(t, 30*time.Second, 5*time.Millisecond, func() error {
 		if h, s := e.active.Load(), e.srv.OpenStreams(); h != 0 || s != 0 {
 			return fmt.Errorf("%d handlers still running, %d streams open", h, s)
 		}

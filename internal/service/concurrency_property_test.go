@@ -960,10 +960,12 @@ func TestConcurrentChildService(t *testing.T) {
 	select {} // until SIGKILL
 }
 
-// child is a running service child process.
+// child is a running service child process. kill is safe to call twice
+// and after the child exited: exited is closed, not sent on.
 type child struct {
-	cmd  *exec.Cmd
-	done chan error
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	waitErr error // cmd.Wait's, once exited is closed
 }
 
 func startChild(t *testing.T, data, addr string) *child {
@@ -975,13 +977,12 @@ func startChild(t *testing.T, data, addr string) *child {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	c := &child{cmd: cmd, done: make(chan error, 1)}
-	go func() { c.done <- cmd.Wait() }()
-	// A child that never became ready is killed as the test fails; one
-	// that exited has nothing left to kill (and kill would wait on done).
-	ready, exited := false, false
+	c := &child{cmd: cmd, exited: make(chan struct{})}
+	go func() { c.waitErr = cmd.Wait(); close(c.exited) }()
+	// A child that never became ready is killed as the test fails.
+	ready := false
 	defer func() {
-		if !ready && !exited {
+		if !ready {
 			c.kill()
 		}
 	}()
@@ -993,9 +994,8 @@ func startChild(t *testing.T, data, addr string) *child {
 			}
 		}
 		select {
-		case err := <-c.done:
-			exited = true
-			t.Fatalf("the service exited: %v\n%s", err, stderr.String())
+		case <-c.exited:
+			t.Fatalf("the service exited: %v\n%s", c.waitErr, stderr.String())
 		default:
 		}
 		return fmt.Errorf("the service never became ready:\n%s", stderr.String())
@@ -1006,7 +1006,7 @@ func startChild(t *testing.T, data, addr string) *child {
 
 func (c *child) kill() {
 	_ = c.cmd.Process.Signal(syscall.SIGKILL)
-	<-c.done
+	<-c.exited
 }
 
 // TestConcurrentKill9Restart runs a batch of the model against the service
