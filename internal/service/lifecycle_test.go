@@ -275,12 +275,14 @@ func TestLifecycleAbortsRunningTurn(t *testing.T) {
 	r.settled("a1", first.SubmissionID)
 	long := strings.Repeat("word ", 2000)
 	acc := r.deliver("a1", "default", long)
-	queued := r.deliver("a1", "default", "queued behind")
 	eventually(t, "the long turn runs", func() bool {
 		var s record.Submission
 		r.must(200, "GET", "/agents/echo/a1/submissions/"+acc.SubmissionID, "", &s)
 		return s.Status == record.StatusRunning
 	})
+	// Delivered once the long turn runs: before, the runner could take
+	// both into one turn (echo's policy is join) and nothing would queue.
+	queued := r.deliver("a1", "default", "queued behind")
 	cps := r.checkpoints("a1", "default")
 	var rw struct {
 		Aborted []string `json:"aborted"`
