@@ -29,6 +29,7 @@ func getSubmission(tx *bolt.Tx, id string) (*storedSubmission, error) {
 
 func putSubmission(tx *bolt.Tx, s *storedSubmission) error {
 	s.Agent, s.Instance, s.Session = s.Key.Agent, s.Key.Instance, s.Key.Session
+	s.derivePending()
 	return tx.Bucket(bucketSubmissions).Put([]byte(s.ID), encodeSubmission(s))
 }
 
@@ -48,14 +49,14 @@ func (db *DB) Submission(ctx context.Context, id string) (record.Submission, err
 	return s.Submission, nil
 }
 
-// Pending returns the stream's unsettled submissions (admitted or running)
+// Pending returns the stream's unsettled submissions (admitted, running or input_required)
 // in admission order.
 func (db *DB) Pending(ctx context.Context, key record.Key) ([]record.Submission, error) {
 	return db.pending(ctx, key, math.MaxInt)
 }
 
 // PendingFirst returns the stream's first limit unsettled submissions
-// (admitted or running) in admission order: what a turn may take, without
+// (admitted, running or input_required) in admission order: what a turn may take, without
 // loading a backlog of any size.
 func (db *DB) PendingFirst(ctx context.Context, key record.Key, limit int) ([]record.Submission, error) {
 	if limit <= 0 {
