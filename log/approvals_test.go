@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -313,5 +314,46 @@ func TestChangeVoidsWaiting(t *testing.T) {
 				t.Fatalf("outbox %+v", un)
 			}
 		})
+	}
+}
+
+// A wait and its decisions are in the file: a reopened log (as after a
+// kill -9 between the calls) has the same pending list, refuses a second
+// decision on a decided request and resumes exactly once.
+func TestApprovalsSurviveReopen(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "convlog.db")
+	open := func() *clog.DB {
+		db, err := clog.Open(path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return db
+	}
+	db := open()
+	s, _ := waitingSub(t, db, testKey)
+	if _, _, err := db.Decide(ctx, clog.Decide{Key: testKey, SubmissionID: s.ID, Decisions: []record.ApprovalDecisionPayload{decision("apr_1", true)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db = open()
+	defer db.Close()
+	got, err := db.Submission(ctx, s.ID)
+	if err != nil || !got.Waiting() || !slices.Equal(pendingIDs(got), []string{"apr_2"}) || !got.ApprovalDeadline.Equal(s.ApprovalDeadline) {
+		t.Fatalf("reopened %+v %v", got, err)
+	}
+	if _, _, err := db.Decide(ctx, clog.Decide{Key: testKey, SubmissionID: s.ID, Decisions: []record.ApprovalDecisionPayload{decision("apr_1", false)}}); !errors.Is(err, clog.ErrAlreadyDecided) {
+		t.Fatalf("second decision after reopen: %v", err)
+	}
+	if un, _ := db.Unsettled(ctx, 10); len(un) != 1 || un[0].ID != s.ID || un[0].Status != record.StatusInputRequired {
+		t.Fatalf("unsettled %+v", un)
+	}
+	if d, _, err := db.Decide(ctx, clog.Decide{Key: testKey, SubmissionID: s.ID, Decisions: []record.ApprovalDecisionPayload{decision("apr_2", true)}}); err != nil || !d.Resumed {
+		t.Fatalf("last decision %+v %v", d, err)
+	}
+	if _, err := db.Write(ctx, clog.Write{Key: testKey, Start: []string{s.ID}, TurnID: "turn_2"}); err != nil {
+		t.Fatal(err)
 	}
 }
