@@ -339,7 +339,6 @@ func TestApprovalsSurviveReopen(t *testing.T) {
 		t.Fatal(err)
 	}
 	db = open()
-	defer db.Close()
 	got, err := db.Submission(ctx, s.ID)
 	if err != nil || !got.Waiting() || !slices.Equal(pendingIDs(got), []string{"apr_2"}) || !got.ApprovalDeadline.Equal(s.ApprovalDeadline) {
 		t.Fatalf("reopened %+v %v", got, err)
@@ -355,5 +354,11 @@ func TestApprovalsSurviveReopen(t *testing.T) {
 	}
 	if _, err := db.Write(ctx, clog.Write{Key: testKey, Start: []string{s.ID}, TurnID: "turn_2"}); err != nil {
 		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := clog.Check(path, clog.CheckFull, 0); err != nil {
+		t.Fatalf("check of a file with approvals: %v", err)
 	}
 }
