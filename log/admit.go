@@ -55,6 +55,8 @@ type idemRecord struct {
 	// Change is the result of a lifecycle change (see Change), for which
 	// SubmissionID is empty.
 	Change json.RawMessage `json:"change,omitempty"`
+	// Decision is the result of a decision on approvals (see Decide).
+	Decision json.RawMessage `json:"decision,omitempty"`
 }
 
 // Admit durably admits a delivery. replayed is true when an earlier

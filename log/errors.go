@@ -32,6 +32,15 @@ var (
 	// ErrSubmissionState: a status change the submission's state forbids
 	// (starting a running submission, settling one of another stream).
 	ErrSubmissionState = errors.New("submission state forbids this")
+	// ErrNotWaiting: a decision for a submission that is not waiting for
+	// one (not input_required, or every request decided already).
+	ErrNotWaiting = errors.New("submission not waiting for input")
+	// ErrUnknownApproval: a decision naming an approval the waiting
+	// submission did not request.
+	ErrUnknownApproval = errors.New("unknown approval")
+	// ErrAlreadyDecided: a decision on an approval decided before; the
+	// first decision stands.
+	ErrAlreadyDecided = errors.New("approval already decided")
 	// ErrIdempotencyKeyReused: an idempotency key seen before with a
 	// different request body.
 	ErrIdempotencyKeyReused = errors.New("idempotency key reused with another request")

@@ -53,6 +53,9 @@ type SessionInfo struct {
 	LastActivityAt time.Time          `json:"lastActivityAt"`
 	Running        int                `json:"running"`
 	Queued         int                `json:"queued"`
+	// Waiting counts the submissions that are input_required: waiting for
+	// a person, or decided and not yet resumed.
+	Waiting int `json:"waiting"`
 }
 
 // StaleGenerationError is the ErrStaleGeneration of a delivery: it carries
@@ -308,9 +311,12 @@ func (db *DB) Sessions(ctx context.Context, agent, instance string) ([]SessionIn
 				return err
 			}
 			for _, s := range subs {
-				if s.Status == record.StatusRunning {
+				switch s.Status {
+				case record.StatusRunning:
 					si.Running++
-				} else {
+				case record.StatusInputRequired:
+					si.Waiting++
+				default:
 					si.Queued++
 				}
 			}

@@ -25,9 +25,10 @@ type Observer interface {
 
 // Backlog counts what waits in the log for the workers.
 type Backlog struct {
-	// Outbox is the admitted submissions not yet published to the broker.
+	// Outbox is the admitted (or resumed: every approval decided)
+	// submissions not yet published to the broker.
 	Outbox int
-	// Unsettled is the submissions admitted or running.
+	// Unsettled is the submissions admitted, running or input_required.
 	Unsettled int
 }
 

@@ -15,13 +15,25 @@ import (
 // tenth of the service's CPU under load. Values written before it are JSON
 // (they begin with '{') and stay readable; they are rewritten in the new
 // form when their submission next changes.
-const subFormatV1 = 1
+//
+// subFormatV2 is V1 followed by the approvals and their deadlines. It is
+// written only for a submission that has them, so every other one keeps
+// the V1 bytes (and stays readable by a binary that predates approvals).
+const (
+	subFormatV1 = 1
+	subFormatV2 = 2
+)
 
 var errSubmissionFormat = errors.New("stored submission: malformed")
 
 func encodeSubmission(s *storedSubmission) []byte {
 	b := make([]byte, 0, 192)
-	b = append(b, subFormatV1)
+	v2 := len(s.Approvals) > 0 || !s.ApprovalDeadline.IsZero() || !s.WaitingSince.IsZero()
+	if v2 {
+		b = append(b, subFormatV2)
+	} else {
+		b = append(b, subFormatV1)
+	}
 	for _, f := range []string{s.ID, string(s.Offset), string(s.Status), s.EntryID, s.TurnID,
 		s.AnsweredBySubmissionID, s.UID, s.Agent, s.Instance, s.Session} {
 		b = binary.AppendUvarint(b, uint64(len(f)))
@@ -36,24 +48,60 @@ func encodeSubmission(s *storedSubmission) []byte {
 		b = binary.AppendVarint(b, n)
 	}
 	if s.Error == nil {
-		return append(b, 0)
+		b = append(b, 0)
+	} else {
+		b = append(b, 1)
+		for _, f := range []string{s.Error.Code, s.Error.Message} {
+			b = appendString(b, f)
+		}
+		b = appendBool(b, s.Error.Retryable)
 	}
-	b = append(b, 1)
-	for _, f := range []string{s.Error.Code, s.Error.Message} {
-		b = binary.AppendUvarint(b, uint64(len(f)))
-		b = append(b, f...)
+	if !v2 {
+		return b
 	}
-	if s.Error.Retryable {
+	b = binary.AppendUvarint(b, uint64(len(s.Approvals)))
+	for _, a := range s.Approvals {
+		for _, f := range []string{a.ApprovalID, a.ToolCallID, a.ToolName, string(a.Input), a.Reason, string(a.EditedInput)} {
+			b = appendString(b, f)
+		}
+		b = appendBool(b, a.Decided)
+		b = appendBool(b, a.Approved)
+		b = appendTime(b, a.DecidedAt)
+	}
+	b = appendTime(b, s.ApprovalDeadline)
+	return appendTime(b, s.WaitingSince)
+}
+
+func appendString(b []byte, f string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(f)))
+	return append(b, f...)
+}
+
+func appendBool(b []byte, v bool) []byte {
+	if v {
 		return append(b, 1)
 	}
 	return append(b, 0)
 }
 
+func appendTime(b []byte, t time.Time) []byte {
+	var n int64
+	if !t.IsZero() {
+		n = t.UnixNano()
+	}
+	return binary.AppendVarint(b, n)
+}
+
 func decodeSubmission(v []byte, s *storedSubmission) error {
 	if len(v) > 0 && v[0] == '{' {
-		return json.Unmarshal(v, s) // written before the binary form
+		// written before the binary form
+		if err := json.Unmarshal(v, s); err != nil {
+			return err
+		}
+		s.derivePending()
+		return nil
 	}
-	if len(v) == 0 || v[0] != subFormatV1 {
+	if len(v) == 0 || (v[0] != subFormatV1 && v[0] != subFormatV2) {
 		return fmt.Errorf("%w: unknown format", errSubmissionFormat)
 	}
 	d := subDecoder{b: v[1:]}
@@ -75,10 +123,38 @@ func decodeSubmission(v []byte, s *storedSubmission) error {
 	if d.byte() == 1 {
 		s.Error = &record.Failure{Code: d.string(), Message: d.string(), Retryable: d.byte() == 1}
 	}
+	s.Approvals, s.ApprovalDeadline, s.WaitingSince = nil, time.Time{}, time.Time{}
+	if v[0] == subFormatV2 {
+		n := d.uvarint()
+		if n > uint64(len(d.b)) { // each approval takes bytes: a bad count fails here
+			d.bad = true
+			n = 0
+		}
+		for range n {
+			var a record.Approval
+			a.ApprovalID, a.ToolCallID, a.ToolName = d.string(), d.string(), d.string()
+			a.Input = rawOf(d.string())
+			a.Reason = d.string()
+			a.EditedInput = rawOf(d.string())
+			a.Decided, a.Approved = d.byte() == 1, d.byte() == 1
+			a.DecidedAt = d.time()
+			s.Approvals = append(s.Approvals, a)
+		}
+		s.ApprovalDeadline, s.WaitingSince = d.time(), d.time()
+	}
+	s.derivePending()
 	if d.bad || len(d.b) != 0 {
 		return fmt.Errorf("%w: %d bytes", errSubmissionFormat, len(v))
 	}
 	return nil
+}
+
+// rawOf is the stored form of a JSON value back: nil for none.
+func rawOf(s string) json.RawMessage {
+	if s == "" {
+		return nil
+	}
+	return json.RawMessage(s)
 }
 
 // subDecoder reads the binary form; a read past the end sets bad and
@@ -106,6 +182,13 @@ func (d *subDecoder) varint() int64 {
 	}
 	d.b = d.b[k:]
 	return n
+}
+
+func (d *subDecoder) time() time.Time {
+	if n := d.varint(); n != 0 {
+		return time.Unix(0, n).UTC()
+	}
+	return time.Time{}
 }
 
 func (d *subDecoder) string() string {

@@ -12,3 +12,13 @@ type storedSubmission struct {
 	// Seq is the admission order, the key of the queue and the outbox.
 	Seq uint64 `json:"seq"`
 }
+
+// derivePending sets Pending from Approvals: the undecided requests while
+// the submission waits, none otherwise (a voided wait shows nothing
+// pending).
+func (s *storedSubmission) derivePending() {
+	s.Pending = nil
+	if s.Status == record.StatusInputRequired {
+		s.Pending = record.PendingOf(s.Approvals)
+	}
+}

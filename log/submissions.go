@@ -29,6 +29,7 @@ func getSubmission(tx *bolt.Tx, id string) (*storedSubmission, error) {
 
 func putSubmission(tx *bolt.Tx, s *storedSubmission) error {
 	s.Agent, s.Instance, s.Session = s.Key.Agent, s.Key.Instance, s.Key.Session
+	s.derivePending()
 	return tx.Bucket(bucketSubmissions).Put([]byte(s.ID), encodeSubmission(s))
 }
 
@@ -48,15 +49,15 @@ func (db *DB) Submission(ctx context.Context, id string) (record.Submission, err
 	return s.Submission, nil
 }
 
-// Pending returns the stream's unsettled submissions (admitted or running)
-// in admission order.
+// Pending returns the stream's unsettled submissions (admitted, running
+// or input_required) in admission order.
 func (db *DB) Pending(ctx context.Context, key record.Key) ([]record.Submission, error) {
 	return db.pending(ctx, key, math.MaxInt)
 }
 
 // PendingFirst returns the stream's first limit unsettled submissions
-// (admitted or running) in admission order: what a turn may take, without
-// loading a backlog of any size.
+// (admitted, running or input_required) in admission order: what a turn
+// may take, without loading a backlog of any size.
 func (db *DB) PendingFirst(ctx context.Context, key record.Key, limit int) ([]record.Submission, error) {
 	if limit <= 0 {
 		return nil, fmt.Errorf("pending %s: %w: limit %d", key, ErrInvalidRecord, limit)
@@ -89,8 +90,9 @@ func (db *DB) Unsettled(ctx context.Context, limit int) ([]record.Submission, er
 	return db.scanIDs(ctx, bucketQueue, limit)
 }
 
-// Unpublished returns up to limit admitted submissions that have not been
-// marked published, oldest first: the outbox a relay drains.
+// Unpublished returns up to limit admitted (or resumed, see Decide)
+// submissions that have not been marked published, oldest first: the
+// outbox a relay drains.
 func (db *DB) Unpublished(ctx context.Context, limit int) ([]record.Submission, error) {
 	return db.scanIDs(ctx, bucketOutbox, limit)
 }

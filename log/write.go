@@ -16,7 +16,8 @@ import (
 type Write struct {
 	Key     record.Key
 	Records []record.Record
-	// Start moves these admitted submissions to running, as turn TurnID.
+	// Start moves these admitted (or resumable: every approval decided)
+	// submissions to running, as turn TurnID.
 	Start  []string
 	TurnID string
 	// Settle appends one settlement entry per element, after Records, and
@@ -26,6 +27,21 @@ type Write struct {
 	// ErrIncarnationChanged unless the stream still has it: a producer
 	// that began in one incarnation never writes into the next.
 	Incarnation record.Incarnation
+	// Await, when set, ends turn TurnID of a running submission without
+	// settling it: after Records, one approval_request entry lists the
+	// requests, and the submission becomes input_required until they are
+	// decided (DB.Decide). It stays unsettled, so the session stays busy.
+	Await *Await
+}
+
+// Await is a turn's stop to ask a person to approve tool calls.
+type Await struct {
+	SubmissionID string
+	// Requests are at least one, with unique ApprovalIDs and ToolCallIDs.
+	Requests []record.ApprovalRequest
+	// Timeout, when positive, sets the submission's ApprovalDeadline to
+	// the commit time plus Timeout.
+	Timeout time.Duration
 }
 
 // Appended says where a write's batch went.
@@ -50,8 +66,15 @@ func (db *DB) Write(ctx context.Context, w Write) (Appended, error) {
 	if err := w.Key.Validate(); err != nil {
 		return Appended{}, fmt.Errorf("write %s: %w", w.Key, err)
 	}
-	if len(w.Records) == 0 && len(w.Start) == 0 && len(w.Settle) == 0 {
+	if len(w.Records) == 0 && len(w.Start) == 0 && len(w.Settle) == 0 && w.Await == nil {
 		return Appended{}, fmt.Errorf("write %s: %w: nothing to write", w.Key, ErrInvalidRecord)
+	}
+	var awaitRec record.Record
+	if w.Await != nil {
+		var err error
+		if awaitRec, err = awaitRecord(w); err != nil {
+			return Appended{}, fmt.Errorf("write %s: %w", w.Key, err)
+		}
 	}
 	var res Appended
 	// Encoded here, not in the single committer.
@@ -60,7 +83,7 @@ func (db *DB) Write(ctx context.Context, w Write) (Appended, error) {
 	settles := preEncodeSettlements(w)
 	op := &write{prepare: func(tx *bolt.Tx, now time.Time, notes *commitNotes) (func() error, []byte, error) {
 		res = Appended{}
-		return prepareWrite(tx, w, pre, settles, now, notes, &res)
+		return prepareWrite(tx, w, pre, settles, awaitRec, now, notes, &res)
 	}}
 	if err := db.submit(ctx, op); err != nil {
 		return Appended{}, fmt.Errorf("write %s: %w", w.Key, err)
@@ -106,13 +129,46 @@ func settlementRecord(st record.Settlement, turnID string, payload []byte) recor
 	return record.EntryRecord(record.Entry{Type: record.EntrySettlement, SubmissionID: st.SubmissionID, TurnID: turnID, Payload: payload})
 }
 
-func prepareWrite(tx *bolt.Tx, w Write, pre []*preEncoded, settles []*settlementEntry, now time.Time, notes *commitNotes, res *Appended) (func() error, []byte, error) {
+// awaitRecord checks w.Await and makes its approval_request entry.
+func awaitRecord(w Write) (record.Record, error) {
+	a := w.Await
+	if a.SubmissionID == "" || w.TurnID == "" {
+		return record.Record{}, fmt.Errorf("%w: await needs a submission and its turn", ErrInvalidRecord)
+	}
+	if len(a.Requests) == 0 {
+		return record.Record{}, fmt.Errorf("%w: await without requests", ErrInvalidRecord)
+	}
+	if a.Timeout < 0 {
+		return record.Record{}, fmt.Errorf("%w: negative approval timeout", ErrInvalidRecord)
+	}
+	ids, calls := map[string]bool{}, map[string]bool{}
+	for _, r := range a.Requests {
+		if r.ApprovalID == "" || len(r.ApprovalID) > record.MaxIDLength || !record.Printable(r.ApprovalID) ||
+			r.ToolCallID == "" || len(r.ToolCallID) > record.MaxIDLength || !record.Printable(r.ToolCallID) {
+			return record.Record{}, fmt.Errorf("%w: approval request ids", ErrInvalidRecord)
+		}
+		if ids[r.ApprovalID] || calls[r.ToolCallID] {
+			return record.Record{}, fmt.Errorf("%w: approval request %s named twice", ErrInvalidRecord, record.Clip(r.ApprovalID, 40))
+		}
+		if len(r.Input) > 0 && !json.Valid(r.Input) {
+			return record.Record{}, fmt.Errorf("%w: approval request %s: input is not JSON", ErrInvalidRecord, record.Clip(r.ApprovalID, 40))
+		}
+		ids[r.ApprovalID], calls[r.ToolCallID] = true, true
+	}
+	payload, err := json.Marshal(record.ApprovalRequestPayload{Requests: a.Requests})
+	if err != nil {
+		return record.Record{}, fmt.Errorf("%w: approval request: %v", ErrInvalidRecord, err)
+	}
+	return record.EntryRecord(record.Entry{Type: record.EntryApprovalRequest, SubmissionID: a.SubmissionID, TurnID: w.TurnID, Payload: payload}), nil
+}
+
+func prepareWrite(tx *bolt.Tx, w Write, pre []*preEncoded, settles []*settlementEntry, awaitRec record.Record, now time.Time, notes *commitNotes, res *Appended) (func() error, []byte, error) {
 	meta, exists, err := loadStream(tx, w.Key)
 	if err != nil {
 		return nil, nil, err
 	}
 	if !exists {
-		if len(w.Start) > 0 || len(w.Settle) > 0 {
+		if len(w.Start) > 0 || len(w.Settle) > 0 || w.Await != nil {
 			return nil, nil, fmt.Errorf("%w: stream has no submissions", ErrSubmissionNotFound)
 		}
 		meta = newStream(now)
@@ -143,21 +199,54 @@ func prepareWrite(tx *bolt.Tx, w Write, pre []*preEncoded, settles []*settlement
 		if err != nil {
 			return nil, nil, err
 		}
-		if s.Status != record.StatusAdmitted {
-			return nil, nil, fmt.Errorf("%w: %s is %s, not admitted", ErrSubmissionState, id, s.Status)
+		switch {
+		case s.Status == record.StatusAdmitted:
+			s.Status, s.StartedAt, s.TurnID = record.StatusRunning, now, w.TurnID
+		case s.Resumable():
+			// A new turn of the same submission: it started when it first
+			// ran.
+			s.Status, s.TurnID = record.StatusRunning, w.TurnID
+		default:
+			return nil, nil, fmt.Errorf("%w: %s is %s, not admitted or resumable", ErrSubmissionState, id, s.Status)
 		}
-		s.Status, s.StartedAt, s.TurnID = record.StatusRunning, now, w.TurnID
 	}
 	records := w.Records
+	if w.Await != nil {
+		s, err := load(w.Await.SubmissionID)
+		if err != nil {
+			return nil, nil, err
+		}
+		if s.Status != record.StatusRunning || s.TurnID != w.TurnID {
+			return nil, nil, fmt.Errorf("%w: %s is %s (turn %s), not running as turn %s", ErrSubmissionState,
+				s.ID, s.Status, record.Clip(s.TurnID, 40), record.Clip(w.TurnID, 40))
+		}
+		s.Status, s.WaitingSince = record.StatusInputRequired, now
+		s.Approvals = make([]record.Approval, len(w.Await.Requests))
+		for i, r := range w.Await.Requests {
+			s.Approvals[i] = record.Approval{ApprovalRequest: r}
+		}
+		s.ApprovalDeadline = time.Time{}
+		if w.Await.Timeout > 0 {
+			s.ApprovalDeadline = now.Add(w.Await.Timeout)
+		}
+		s.derivePending()
+		// The request comes after the records (the rest of the asking
+		// message) and before any settlement of other submissions.
+		records = append(append(make([]record.Record, 0, len(w.Records)+1+len(w.Settle)), w.Records...), awaitRec)
+		pre = append(pre[:len(pre):len(pre)], nil)
+	}
 	settled := make([]*storedSubmission, 0, len(w.Settle))
 	if len(w.Settle) > 0 {
-		records = append(make([]record.Record, 0, len(w.Records)+len(w.Settle)), w.Records...)
+		records = append(make([]record.Record, 0, len(records)+len(w.Settle)), records...)
 		// pre gets one element per record: the settlements' made outside
 		// where they fit, nil (encoded here) where they do not.
 		pre = append(pre[:len(pre):len(pre)], make([]*preEncoded, len(w.Settle))...)
 		for i, st := range w.Settle {
 			if !st.Outcome.Valid() {
 				return nil, nil, fmt.Errorf("%w: outcome %q", ErrInvalidRecord, st.Outcome)
+			}
+			if w.Await != nil && st.SubmissionID == w.Await.SubmissionID {
+				return nil, nil, fmt.Errorf("%w: %s both awaits and settles", ErrSubmissionState, st.SubmissionID)
 			}
 			s := subs[st.SubmissionID]
 			if s == nil {

@@ -87,3 +87,28 @@ type Failure struct {
 	Message   string `json:"message"`
 	Retryable bool   `json:"retryable"`
 }
+
+// ApprovalRequestPayload is the payload of an approval_request entry.
+type ApprovalRequestPayload struct {
+	Requests []ApprovalRequest `json:"requests"`
+}
+
+// ApprovalDecisionPayload is the payload of an approval_decision entry:
+// the decision on one request. Input, the edited arguments, goes with an
+// approval only. Principal is who decided; nil with authentication off.
+type ApprovalDecisionPayload struct {
+	ApprovalID string          `json:"approvalId"`
+	Approved   bool            `json:"approved"`
+	Reason     string          `json:"reason,omitempty"`
+	Input      json.RawMessage `json:"input,omitempty"`
+	Principal  *Principal      `json:"principal,omitempty"`
+}
+
+// Principal names who made a decision.
+type Principal struct {
+	Issuer  string `json:"issuer,omitempty"`
+	Subject string `json:"subject"`
+}
+
+// ReasonTimeout is the reason of a denial by the approval timeout.
+const ReasonTimeout = "timeout"

@@ -21,6 +21,13 @@ const (
 	EntryAssistantMessage = "assistant_message"
 	EntryToolResult       = "tool_result"
 	EntrySettlement       = "settlement"
+	// EntryApprovalRequest lists the tool calls of a turn that wait for a
+	// person's decision (ApprovalRequestPayload); it is written with the
+	// submission's move to StatusInputRequired.
+	EntryApprovalRequest = "approval_request"
+	// EntryApprovalDecision is one person's (or the timeout's) decision on
+	// one request (ApprovalDecisionPayload).
+	EntryApprovalDecision = "approval_decision"
 )
 
 // Record is one element of a stream: an entry, or a truncation that moves the
