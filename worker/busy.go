@@ -59,6 +59,16 @@ type AgentOptions struct {
 	// MaxTurns bounds the deliveries one session accepts: past it a
 	// delivery is refused, 409 turn_limit_reached. 0 is no limit.
 	MaxTurns int
+	// Approvals says that the agent may ask a person to approve a tool
+	// call (an openai tool with approval: required): a turn that emits
+	// approval_requested stops, and its submission waits as
+	// input_required until every request is decided; then the same
+	// submission is invoked again with Prompt.Resume.
+	Approvals bool
+	// ApprovalTimeout bounds that wait: what is still undecided when it
+	// expires is denied with reason "timeout" (ReasonTimeout), and the
+	// submission resumes. 0 is no limit.
+	ApprovalTimeout time.Duration
 }
 
 // AgentInfo is what GET /agents shows of an agent: never its secrets.
