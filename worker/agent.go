@@ -54,11 +54,12 @@ type Principal struct {
 // a person (see EventApprovalRequested): every request is decided, and
 // the same submission is invoked again with the decisions, in the order
 // the calls were requested. Text and Images are then the submission's
-// own, as on its first invoke.
+// own, as on its first invoke. (On the wire of http and exec agents it is
+// the request's "resume" member, beside "prompt": see package agentwire.)
 type Prompt struct {
 	Text   string  `json:"text"`
 	Images []Image `json:"images,omitempty"`
-	Resume *Resume `json:"resume,omitempty"`
+	Resume *Resume `json:"-"`
 }
 
 // Resume carries a person's decisions on the tool calls a turn asked to

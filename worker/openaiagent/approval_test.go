@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"iter"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -291,5 +292,31 @@ func TestApprovalResumeCancelled(t *testing.T) {
 	})
 	if len(evs) != 0 || len(srv.Requests()) != 0 {
 		t.Fatalf("events %+v, %d model requests", evs, len(srv.Requests()))
+	}
+}
+
+// The conformance kit's approval check: the model asks for the refund,
+// and after either decision it answers. (Two fakes, since the kit's
+// other checks would use up one script: a first turn of "refund me"
+// reaches the asking model, any other turn the answering one.)
+func TestApprovalConformance(t *testing.T) {
+	ts := newToolServer(t)
+	asking := fakeopenai.New(callsChunk(fakeopenai.ToolCallDelta{ID: "c1", Name: "refund", Arguments: `{"amount":5}`}))
+	defer asking.Close()
+	answering := fakeopenai.New(fakeopenai.Response{Chunks: words("done")})
+	defer answering.Close()
+	ask := agent(asking, userHistory("refund me"))
+	ask.Tools = ts.tools()
+	answer := agent(answering, heldHistory(heldPart("c1", "refund", `{"amount":5}`)))
+	answer.Tools = ts.tools()
+	a := worker.AgentFunc(func(ctx context.Context, scope worker.Scope, p worker.Prompt) iter.Seq[worker.Event] {
+		if p.Text == "refund me" && p.Resume == nil {
+			return ask.Invoke(ctx, scope, p)
+		}
+		return answer.Invoke(ctx, scope, p)
+	})
+	agenttest.Run(t, a, agenttest.Options{Prompt: worker.Prompt{Text: "hi"}, Approval: &worker.Prompt{Text: "refund me"}})
+	if n := len(ts.calls("refund")); n != 1 {
+		t.Fatalf("refund called %d times, want 1 (the approved resume)", n)
 	}
 }
