@@ -10,7 +10,10 @@
 // Text deltas become text events; reasoning deltas (reasoning_content, or
 // reasoning, where a server sends them) become thinking events. Declared
 // tools are called by POSTing their arguments to the tool's URL; the model
-// is called again with the results, up to MaxSteps calls per turn.
+// is called again with the results, up to MaxSteps calls per turn. A
+// call of a tool whose Approval is required is not made: the turn asks a
+// person (approval_requested) and ends, and the turn that resumes it with
+// the decisions makes or denies the call (see Agent.Invoke).
 package openaiagent
 
 import (
