@@ -49,10 +49,47 @@ type Principal struct {
 
 // Prompt is what the turn answers: the text of every submission it answers,
 // in order, separated by blank lines, and their images.
+//
+// Resume is set when the turn continues a submission that stopped to ask
+// a person (see EventApprovalRequested): every request is decided, and
+// the same submission is invoked again with the decisions, in the order
+// the calls were requested. Text and Images are then the submission's
+// own, as on its first invoke. (On the wire of http and exec agents it is
+// the request's "resume" member, beside "prompt": see package agentwire.)
 type Prompt struct {
 	Text   string  `json:"text"`
 	Images []Image `json:"images,omitempty"`
+	Resume *Resume `json:"-"`
 }
+
+// Resume carries a person's decisions on the tool calls a turn asked to
+// have approved. It is the "resume" member of an http or exec agent's
+// request.
+type Resume struct {
+	Decisions []Decision `json:"decisions"`
+}
+
+// Decision is one decided approval request.
+//
+// ToolCallID, ToolName and Args are the approval_requested event's ID,
+// Name and Args. Approved says whether the call may run; Input, for an
+// approved call only, is the arguments as the person edited them (the
+// call runs with Input when it is set, else with Args). Reason is the
+// person's, optional; a request denied because approvalTimeout expired
+// has Reason "timeout" (ReasonTimeout).
+type Decision struct {
+	ApprovalID string          `json:"approvalId"`
+	ToolCallID string          `json:"toolCallId"`
+	ToolName   string          `json:"toolName"`
+	Args       json.RawMessage `json:"args"`
+	Approved   bool            `json:"approved"`
+	Reason     string          `json:"reason,omitempty"`
+	Input      json.RawMessage `json:"input,omitempty"`
+}
+
+// ReasonTimeout is the Reason of a request denied because the agent's
+// approvalTimeout expired before a person decided.
+const ReasonTimeout = "timeout"
 
 // Image is an inline image of a prompt.
 type Image struct {
@@ -72,8 +109,16 @@ const (
 	EventToolInputDelta = "tool_input_delta"
 	EventToolEnded      = "tool_ended"
 	EventRetrying       = "retrying"
-	EventCompleted      = "completed"
-	EventFailed         = "failed"
+	// EventApprovalRequested asks a person to approve tool call ID (its
+	// Name and Args as in its tool_started) before it runs; Reason, when
+	// set, says why. The agent does not run the call: it ends the invoke
+	// with Completed. The runner then stops the turn without settling the
+	// submission, which waits as input_required with the call pending;
+	// once every pending call is decided, the same submission is invoked
+	// again with Prompt.Resume.
+	EventApprovalRequested = "approval_requested"
+	EventCompleted         = "completed"
+	EventFailed            = "failed"
 )
 
 // Event is one element of a turn's stream. Which fields are set depends on
@@ -83,16 +128,16 @@ type Event struct {
 
 	Delta string `json:"delta,omitempty"` // text, thinking
 
-	ID      string          `json:"id,omitempty"`      // tool_started, tool_ended
-	Name    string          `json:"name,omitempty"`    // tool_started
-	Args    json.RawMessage `json:"args,omitempty"`    // tool_started
+	ID      string          `json:"id,omitempty"`      // tool_started, tool_ended, approval_requested
+	Name    string          `json:"name,omitempty"`    // tool_started, approval_requested
+	Args    json.RawMessage `json:"args,omitempty"`    // tool_started, approval_requested
 	IsError bool            `json:"isError,omitempty"` // tool_ended
 	Content json.RawMessage `json:"content,omitempty"` // tool_ended
 
 	Attempt     int    `json:"attempt,omitempty"`     // retrying
 	MaxAttempts int    `json:"maxAttempts,omitempty"` // retrying
 	DelayMs     int64  `json:"delayMs,omitempty"`     // retrying
-	Reason      string `json:"reason,omitempty"`      // retrying
+	Reason      string `json:"reason,omitempty"`      // retrying, approval_requested (optional)
 
 	Data json.RawMessage `json:"data,omitempty"` // completed
 
@@ -125,6 +170,12 @@ func ToolInputDelta(id, name, delta string) Event {
 // ToolEnded ends tool call id.
 func ToolEnded(id string, isError bool, content json.RawMessage) Event {
 	return Event{Type: EventToolEnded, ID: id, IsError: isError, Content: content}
+}
+
+// ApprovalRequested asks a person to approve tool call id before it runs.
+// Set Reason on the result to say why.
+func ApprovalRequested(id, name string, args json.RawMessage) Event {
+	return Event{Type: EventApprovalRequested, ID: id, Name: name, Args: args}
 }
 
 // Completed ends a turn in success.

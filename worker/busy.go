@@ -59,6 +59,17 @@ type AgentOptions struct {
 	// MaxTurns bounds the deliveries one session accepts: past it a
 	// delivery is refused, 409 turn_limit_reached. 0 is no limit.
 	MaxTurns int
+	// Approvals says that the agent is configured to ask a person to
+	// approve tool calls (an openai agent with a tool of approval:
+	// required). Whatever it says, a turn that emits approval_requested
+	// (an http or exec agent may at any time) stops, and its submission
+	// waits as input_required until every request is decided; then the
+	// same submission is invoked again with Prompt.Resume.
+	Approvals bool
+	// ApprovalTimeout bounds that wait: what is still undecided when it
+	// expires is denied with reason "timeout" (ReasonTimeout), and the
+	// submission resumes. 0 is no limit.
+	ApprovalTimeout time.Duration
 }
 
 // AgentInfo is what GET /agents shows of an agent: never its secrets.

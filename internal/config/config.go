@@ -47,6 +47,11 @@ type Agent struct {
 	Busy     string   `yaml:"busy"`
 	Timeout  Duration `yaml:"timeout"`
 	MaxTurns int      `yaml:"maxTurns"`
+	// ApprovalTimeout bounds how long a submission waits for a person to
+	// decide the tool calls its turn asked about: then what is undecided
+	// is denied, reason "timeout". 0 (or absent) waits without limit.
+	// Refused on kind echo, which never asks.
+	ApprovalTimeout Duration `yaml:"approvalTimeout"`
 
 	// echo
 	Delay Duration `yaml:"delay"`
@@ -104,12 +109,28 @@ type Tool struct {
 	// AllowPrivate lets the call reach loopback and private networks;
 	// without it a tool URL reaches public addresses only (docs/agents.md).
 	AllowPrivate bool `yaml:"allowPrivate"`
+	// Approval is none (the default) or required: a call of a required
+	// tool waits for a person to approve it (docs/agents.md).
+	Approval string `yaml:"approval"`
 }
+
+// Tool approval values.
+const (
+	ApprovalNone     = "none"
+	ApprovalRequired = "required"
+)
 
 // Options are the per-agent settings the pool and transport apply.
 func (a Agent) Options() worker.AgentOptions {
 	busy, _ := worker.ParseBusyPolicy(a.Busy)
-	return worker.AgentOptions{Kind: a.Kind, Busy: busy, Timeout: a.Timeout.Duration, MaxTurns: a.MaxTurns}
+	approvals := false
+	for _, t := range a.Tools {
+		approvals = approvals || t.Approval == ApprovalRequired
+	}
+	return worker.AgentOptions{
+		Kind: a.Kind, Busy: busy, Timeout: a.Timeout.Duration, MaxTurns: a.MaxTurns,
+		Approvals: approvals, ApprovalTimeout: a.ApprovalTimeout.Duration,
+	}
 }
 
 // Error is a problem of the file, at a line.
@@ -272,7 +293,7 @@ func (f *File) validate(name string, at func(string) int) error {
 		for _, d := range []struct {
 			key string
 			dst *Duration
-		}{{"timeout", &f.Agents[i].Timeout}, {"delay", &f.Agents[i].Delay}, {"toolTimeout", &f.Agents[i].ToolTimeout}, {"grace", &f.Agents[i].Grace}} {
+		}{{"timeout", &f.Agents[i].Timeout}, {"delay", &f.Agents[i].Delay}, {"toolTimeout", &f.Agents[i].ToolTimeout}, {"grace", &f.Agents[i].Grace}, {"approvalTimeout", &f.Agents[i].ApprovalTimeout}} {
 			if err := d.dst.parse(); err != nil {
 				return bad(d.key, "%q is not a duration (e.g. 30s, 10m, 1h30m)", d.dst.raw)
 			}
@@ -300,6 +321,12 @@ func (f *File) validate(name string, at func(string) int) error {
 		}
 		if a.MaxTurns < 0 {
 			return bad("maxTurns", "must not be negative")
+		}
+		if a.ApprovalTimeout.Duration < 0 {
+			return bad("approvalTimeout", "must not be negative")
+		}
+		if a.Kind == KindEcho && at(path+".approvalTimeout") > 0 {
+			return bad("approvalTimeout", "is not a field of kind echo: an echo agent never asks for approval")
 		}
 		for kind, keys := range kindFields {
 			if kind == a.Kind {
@@ -334,6 +361,11 @@ func (f *File) validate(name string, at func(string) int) error {
 				tools[t.Name] = true
 				if !isHTTPURL(t.URL) {
 					return bad(tp+".url", "is required: the http(s) URL convlog POSTs the arguments to")
+				}
+				switch t.Approval {
+				case "", ApprovalNone, ApprovalRequired:
+				default:
+					return bad(tp+".approval", "unknown value %q (want none or required)", t.Approval)
 				}
 				if !withinBytes(t.Parameters, MaxParametersBytes) {
 					return bad(tp+".parameters", "expands to more than %d bytes of JSON (YAML aliases are expanded: each alias counts as a copy of what it names)", MaxParametersBytes)

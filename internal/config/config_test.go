@@ -57,6 +57,44 @@ func TestParseGood(t *testing.T) {
 	}
 }
 
+// A tool may require approval; approvalTimeout bounds the wait. Both
+// reach the agent's options.
+func TestParseApprovals(t *testing.T) {
+	f, err := config.Parse("convlog.yaml", []byte(`agents:
+  - name: refunds
+    kind: openai
+    model: m
+    approvalTimeout: 30m
+    tools:
+      - {name: lookup, url: "http://x/lookup", approval: none}
+      - {name: refund, url: "http://x/refund", approval: required}
+  - name: plain
+    kind: openai
+    model: m
+    tools:
+      - {name: lookup, url: "http://x/lookup"}
+  - name: remote
+    kind: exec
+    command: [x]
+    approvalTimeout: 1h
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []worker.AgentOptions{
+		{Kind: "openai", Busy: worker.BusyJoin, Approvals: true, ApprovalTimeout: 30 * time.Minute},
+		{Kind: "openai", Busy: worker.BusyJoin},
+		{Kind: "exec", Busy: worker.BusyJoin, ApprovalTimeout: time.Hour},
+	} {
+		if got := f.Agents[i].Options(); got != want {
+			t.Errorf("agents[%d]: %+v, want %+v", i, got, want)
+		}
+	}
+	if tl := f.Agents[0].Tools; tl[0].Approval != config.ApprovalNone || tl[1].Approval != config.ApprovalRequired {
+		t.Fatalf("%+v", tl)
+	}
+}
+
 // The auth section (docs/security.md) sits beside the agents; alone, it
 // serves echo with access control.
 func TestParseAuth(t *testing.T) {
@@ -99,6 +137,10 @@ func TestParseBad(t *testing.T) {
 		{"not yaml", "agents: [\n", `convlog.yaml`},
 		{"alias bomb in parameters", aliasBomb("[x, x, x, x, x, x, x, x, x, x]"), `convlog.yaml:9: agents[0].tools[0].parameters: expands to more than`},
 		{"alias bomb of maps", aliasBomb("{k0: x, k1: x, k2: x, k3: x, k4: x, k5: x, k6: x, k7: x, k8: x, k9: x}"), `agents[0].tools[0].parameters: expands to more than`},
+		{"bad approval", "agents:\n  - name: a\n    kind: openai\n    model: m\n    tools:\n      - name: t\n        url: http://x/\n        approval: maybe\n", `convlog.yaml:8: agents[0].tools[0].approval: unknown value "maybe" (want none or required)`},
+		{"bad approvalTimeout", "agents:\n  - name: a\n    kind: http\n    url: http://x/\n    approvalTimeout: a day\n", `convlog.yaml:5: agents[0].approvalTimeout: "a day" is not a duration`},
+		{"negative approvalTimeout", "agents:\n  - name: a\n    kind: openai\n    model: m\n    approvalTimeout: -1m\n", `convlog.yaml:5: agents[0].approvalTimeout: must not be negative`},
+		{"approvalTimeout on echo", "agents:\n  - name: a\n    kind: echo\n    approvalTimeout: 30m\n", `convlog.yaml:4: agents[0].approvalTimeout: is not a field of kind echo`},
 		{"file too large", "agents:\n  - name: a\n    kind: echo\n" + strings.Repeat("# padding\n", config.MaxFileBytes/10), `convlog.yaml: the file is`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

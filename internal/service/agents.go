@@ -90,7 +90,7 @@ func buildAgent(a config.Agent, history openaiagent.History, logger *slog.Logger
 		}
 		var tools []openaiagent.Tool
 		for _, t := range a.Tools {
-			tools = append(tools, openaiagent.Tool{Name: t.Name, Description: t.Description, Parameters: t.Parameters, URL: t.URL, AllowPrivate: t.AllowPrivate})
+			tools = append(tools, openaiagent.Tool{Name: t.Name, Description: t.Description, Parameters: t.Parameters, URL: t.URL, AllowPrivate: t.AllowPrivate, Approval: t.Approval})
 		}
 		return &openaiagent.Agent{
 			BaseURL: a.BaseURL, APIKey: key, Model: a.Model, System: a.System, Tools: tools, History: history,

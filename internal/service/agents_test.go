@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -20,6 +21,7 @@ import (
 	"github.com/convlog/convlog/transport/client"
 	"github.com/convlog/convlog/transport/wire"
 	"github.com/convlog/convlog/worker/agenttest"
+	"github.com/convlog/convlog/worker/openaiagent"
 	"github.com/convlog/convlog/worker/openaiagent/fakeopenai"
 )
 
@@ -413,5 +415,21 @@ func TestOpenAIPromptFollowsTheActivePath(t *testing.T) {
 	settle(acc.SubmissionID)
 	if got := contents(2); strings.Contains(got, "first question") || strings.Contains(got, "answer") || !strings.Contains(got, "something else") {
 		t.Fatalf("the request after a rewind to the start:\n%s", got)
+	}
+}
+
+// A config tool's approval reaches the openai agent's tool.
+func TestOpenAIToolApprovalMapped(t *testing.T) {
+	f, err := config.Parse("convlog.yaml", []byte("agents:\n  - name: a\n    kind: openai\n    model: m\n    tools:\n      - {name: refund, url: \"http://x/\", approval: required}\n      - {name: lookup, url: \"http://x/\"}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ag, err := buildAgent(f.Agents[0], nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools := ag.(*openaiagent.Agent).Tools
+	if tools[0].Approval != openaiagent.ApprovalRequired || tools[1].Approval != "" {
+		t.Fatalf("%+v", tools)
 	}
 }

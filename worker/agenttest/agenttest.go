@@ -10,6 +10,11 @@
 //   - Every event is JSON-serialisable and survives a round trip.
 //   - A relaying agent (one whose events come from elsewhere) passes event
 //     types it does not know through unchanged (relay MUST 5).
+//   - An agent that asks for approvals (Options.Approval) ends the asking
+//     turn completed, with each approval_requested naming a distinct call
+//     (id and name) that it did not end; invoked again with Prompt.Resume,
+//     approving or denying every call, it runs a turn to its end without
+//     asking again about the calls decided.
 package agenttest
 
 import (
@@ -44,6 +49,9 @@ type Options struct {
 	// JSON values). Nil skips the check.
 	Unknown    *worker.Prompt
 	UnknownRaw json.RawMessage
+	// Approval makes the agent ask for at least one approval
+	// (approval_requested). Nil skips the approval checks.
+	Approval *worker.Prompt
 }
 
 func (o *Options) defaults() {
@@ -106,6 +114,82 @@ func Run(t *testing.T, agent worker.Agent, opts Options) {
 			t.Fatalf("the unknown event %s was not relayed unchanged; got %+v", opts.UnknownRaw, evs)
 		})
 	}
+	if opts.Approval != nil {
+		t.Run("approval_asked_then_resumed", func(t *testing.T) { runApproval(t, agent, opts) })
+	}
+}
+
+// runApproval is the approval check of Run: the asking turn, then a
+// resume approving every call and one denying every call.
+func runApproval(t *testing.T, agent worker.Agent, opts Options) {
+	evs, err := Collect(context.Background(), agent, opts.Scope, *opts.Approval, opts.TurnBound)
+	if err != nil {
+		t.Fatal(err)
+	}
+	asked, err := CheckApproval(evs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(asked) == 0 {
+		t.Fatalf("the Approval prompt asked for no approval: %+v", evs)
+	}
+	for _, approved := range []bool{true, false} {
+		p := *opts.Approval
+		p.Resume = &worker.Resume{}
+		for i, ev := range asked {
+			d := worker.Decision{ApprovalID: fmt.Sprintf("agenttest_%d", i), ToolCallID: ev.ID, ToolName: ev.Name, Args: ev.Args, Approved: approved}
+			if !approved {
+				d.Reason = "agenttest denies it"
+			}
+			p.Resume.Decisions = append(p.Resume.Decisions, d)
+		}
+		evs, err := Collect(context.Background(), agent, opts.Scope, p, opts.TurnBound)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := CheckTerminal(evs); err != nil {
+			t.Fatalf("resumed (approved %v): %v", approved, err)
+		}
+		for _, ev := range evs {
+			for _, a := range asked {
+				if ev.Type == worker.EventApprovalRequested && ev.ID == a.ID {
+					t.Fatalf("resumed (approved %v): asked again about the decided call %q", approved, a.ID)
+				}
+			}
+		}
+	}
+}
+
+// CheckApproval checks a turn that asked for approvals: it ends
+// completed, and each approval_requested has an id and a name, names a
+// call no other one names, and is not followed by that call's tool_ended.
+// It returns the approval_requested events.
+func CheckApproval(evs []worker.Event) (asked []worker.Event, err error) {
+	if err := CheckTerminal(evs); err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	for _, ev := range evs {
+		switch ev.Type {
+		case worker.EventApprovalRequested:
+			if ev.ID == "" || ev.Name == "" {
+				return nil, fmt.Errorf("approval_requested without an id or a name: %+v", ev)
+			}
+			if seen[ev.ID] {
+				return nil, fmt.Errorf("approval_requested twice for call %q", ev.ID)
+			}
+			seen[ev.ID] = true
+			asked = append(asked, ev)
+		case worker.EventToolEnded:
+			if seen[ev.ID] {
+				return nil, fmt.Errorf("call %q ended after its approval_requested: a held call must not run", ev.ID)
+			}
+		}
+	}
+	if last := evs[len(evs)-1]; len(asked) > 0 && last.Type != worker.EventCompleted {
+		return nil, fmt.Errorf("a turn that asked for approval must end completed, not %q", last.Type)
+	}
+	return asked, nil
 }
 
 // Collect iterates one turn to its end within bound, recovering a panic

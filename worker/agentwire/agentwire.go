@@ -16,10 +16,18 @@ import (
 	"github.com/convlog/convlog/worker"
 )
 
-// Request is what convlog sends for one turn.
+// Request is what convlog sends for one turn. Resume is set when the turn
+// resumes a submission whose tool calls the agent asked to have approved
+// (an approval_requested event): {"decisions": [...]}, one per call.
 type Request struct {
-	Scope  worker.Scope  `json:"scope"`
-	Prompt worker.Prompt `json:"prompt"`
+	Scope  worker.Scope   `json:"scope"`
+	Prompt worker.Prompt  `json:"prompt"`
+	Resume *worker.Resume `json:"resume,omitempty"`
+}
+
+// NewRequest is the request of a turn: prompt.Resume goes in Resume.
+func NewRequest(scope worker.Scope, prompt worker.Prompt) Request {
+	return Request{Scope: scope, Prompt: prompt, Resume: prompt.Resume}
 }
 
 // MaxLine bounds one event's encoding: a longer line, or an SSE event

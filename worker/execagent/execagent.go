@@ -64,7 +64,7 @@ func (a *Agent) Invoke(ctx context.Context, scope worker.Scope, prompt worker.Pr
 		if grace <= 0 {
 			grace = 2 * time.Second
 		}
-		req, err := json.Marshal(agentwire.Request{Scope: scope, Prompt: prompt})
+		req, err := json.Marshal(agentwire.NewRequest(scope, prompt))
 		if err != nil {
 			yield(worker.Failed("encode the request: "+err.Error(), false, agentwire.CodeAgentProtocol))
 			return

@@ -43,7 +43,7 @@ type Agent struct {
 // Invoke implements worker.Agent.
 func (a *Agent) Invoke(ctx context.Context, scope worker.Scope, prompt worker.Prompt) iter.Seq[worker.Event] {
 	return func(yield func(worker.Event) bool) {
-		body, err := json.Marshal(agentwire.Request{Scope: scope, Prompt: prompt})
+		body, err := json.Marshal(agentwire.NewRequest(scope, prompt))
 		if err != nil {
 			yield(worker.Failed("encode the request: "+err.Error(), false, agentwire.CodeAgentProtocol))
 			return

@@ -10,7 +10,10 @@
 // Text deltas become text events; reasoning deltas (reasoning_content, or
 // reasoning, where a server sends them) become thinking events. Declared
 // tools are called by POSTing their arguments to the tool's URL; the model
-// is called again with the results, up to MaxSteps calls per turn.
+// is called again with the results, up to MaxSteps calls per turn. A
+// call of a tool whose Approval is required is not made: the turn asks a
+// person (approval_requested) and ends, and the turn that resumes it with
+// the decisions makes or denies the call (see Agent.Invoke).
 package openaiagent
 
 import (
@@ -70,7 +73,19 @@ type Tool struct {
 	// AllowPrivate lets the call reach loopback and private networks (a
 	// tool served next to convlog).
 	AllowPrivate bool
+	// Approval is ApprovalNone ("" too) or ApprovalRequired: a call of a
+	// required tool is not made until a person approves it (see Invoke).
+	Approval string
 }
+
+// Tool approval values.
+const (
+	ApprovalNone     = "none"
+	ApprovalRequired = "required"
+)
+
+// DeniedReason is the reason of a denial that gave none.
+const DeniedReason = "denied by a person"
 
 // MaxToolAnswer bounds the body of a tool's answer.
 const MaxToolAnswer = 4 << 20
@@ -152,6 +167,20 @@ func (a *Agent) init() {
 }
 
 // Invoke implements worker.Agent.
+//
+// In a step where the model calls tools, each call gets its tool_started
+// in the model's order; a call of a tool whose Approval is required is
+// held (not made), the others are made at once and get their tool_ended.
+// If any call was held, the turn then emits approval_requested for each
+// held call (its ID is the tool call's) and completes, without calling
+// the model again.
+//
+// With prompt.Resume, the turn continues such a step: the messages are
+// rebuilt from History, and each decided call gets its result in the
+// decisions' order, an approved one by making the call (with the edited
+// Input when there is one) and a denied one as the error result
+// {"error":"denied","reason":...}, which the model sees as the tool
+// message; then the model is called, as in any step.
 func (a *Agent) Invoke(ctx context.Context, scope worker.Scope, prompt worker.Prompt) iter.Seq[worker.Event] {
 	return func(yield func(worker.Event) bool) {
 		a.init()
@@ -166,7 +195,14 @@ func (a *Agent) Invoke(ctx context.Context, scope worker.Scope, prompt worker.Pr
 			}
 			return
 		}
-		msgs := a.messages(history)
+		var results map[string]string
+		if prompt.Resume != nil {
+			var ok bool
+			if results, ok = a.resume(ctx, answered(history), prompt.Resume.Decisions, yield); !ok {
+				return
+			}
+		}
+		msgs := a.messages(history, results)
 		if len(msgs) == 0 || (a.System != "" && len(msgs) == 1) {
 			// A history without the prompt (a reader lagging behind): the
 			// prompt is what the turn answers.
@@ -190,6 +226,7 @@ func (a *Agent) Invoke(ctx context.Context, scope worker.Scope, prompt worker.Pr
 				assistant.Content.OfString = param.NewOpt(text)
 			}
 			var results []openai.ChatCompletionMessageParamUnion
+			var held []worker.Event
 			for _, c := range calls {
 				assistant.ToolCalls = append(assistant.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
 					OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
@@ -203,6 +240,10 @@ func (a *Agent) Invoke(ctx context.Context, scope worker.Scope, prompt worker.Pr
 				if !yield(worker.ToolStarted(c.id, c.name, args)) {
 					return
 				}
+				if a.requiresApproval(c.name) {
+					held = append(held, worker.ApprovalRequested(c.id, c.name, args))
+					continue
+				}
 				out, isErr := a.callTool(ctx, c.name, args)
 				if ctx.Err() != nil {
 					return
@@ -212,10 +253,88 @@ func (a *Agent) Invoke(ctx context.Context, scope worker.Scope, prompt worker.Pr
 				}
 				results = append(results, openai.ToolMessage(string(out), c.id))
 			}
+			if len(held) > 0 {
+				for _, ev := range held {
+					if !yield(ev) {
+						return
+					}
+				}
+				yield(worker.Completed(nil))
+				return
+			}
 			msgs = append(msgs, openai.ChatCompletionMessageParamUnion{OfAssistant: &assistant})
 			msgs = append(msgs, results...)
 		}
 	}
+}
+
+// requiresApproval reports whether a call of the named tool waits for a
+// person.
+func (a *Agent) requiresApproval(name string) bool {
+	for _, t := range a.Tools {
+		if t.Name == name {
+			return t.Approval == ApprovalRequired
+		}
+	}
+	return false
+}
+
+// resume gives each decided call its result, by tool call id: the
+// tool's answer for an approved call, made with the edited Input when
+// there is one, and the denial for a denied one. A call whose result the
+// history holds already (done) is not made again. ok is false when the
+// turn is over (the caller stopped, or ctx ended).
+func (a *Agent) resume(ctx context.Context, done map[string]bool, decisions []worker.Decision, yield func(worker.Event) bool) (_ map[string]string, ok bool) {
+	results := map[string]string{}
+	for _, d := range decisions {
+		if done[d.ToolCallID] {
+			continue
+		}
+		var out json.RawMessage
+		var isErr bool
+		if d.Approved {
+			input := d.Input
+			if len(input) == 0 || string(input) == "null" {
+				input = d.Args
+			}
+			if len(input) == 0 {
+				input = json.RawMessage(`{}`)
+			}
+			out, isErr = a.callTool(ctx, d.ToolName, input)
+			if ctx.Err() != nil {
+				return nil, false
+			}
+		} else {
+			reason := d.Reason
+			if reason == "" {
+				reason = DeniedReason
+			}
+			out, _ = json.Marshal(map[string]string{"error": "denied", "reason": reason})
+			isErr = true
+		}
+		if !yield(worker.ToolEnded(d.ToolCallID, isErr, out)) {
+			return nil, false
+		}
+		results[d.ToolCallID] = string(out)
+	}
+	return results, true
+}
+
+// answered is the set of tool calls of the history that have a result.
+func answered(history []projection.Message) map[string]bool {
+	done := map[string]bool{}
+	for _, m := range history {
+		for _, p := range m.Parts {
+			if p.Type == projection.PartTool && hasResult(p) {
+				done[p.ToolCallID] = true
+			}
+		}
+	}
+	return done
+}
+
+func hasResult(p projection.Part) bool {
+	return p.State == projection.StateOutputAvailable || p.State == projection.StateOutputError
 }
 
 // toolCall is a tool call being streamed, keyed by its index.
@@ -485,8 +604,10 @@ func (a *Agent) callTool(ctx context.Context, name string, args json.RawMessage)
 	return out, resp.StatusCode/100 != 2
 }
 
-// messages turns the active path into Chat Completions messages.
-func (a *Agent) messages(history []projection.Message) []openai.ChatCompletionMessageParamUnion {
+// messages turns the active path into Chat Completions messages. results
+// are the results of the calls a resumed turn has just decided, which the
+// history does not hold yet.
+func (a *Agent) messages(history []projection.Message, results map[string]string) []openai.ChatCompletionMessageParamUnion {
 	var out []openai.ChatCompletionMessageParamUnion
 	if a.System != "" {
 		out = append(out, openai.SystemMessage(a.System))
@@ -511,7 +632,7 @@ func (a *Agent) messages(history []projection.Message) []openai.ChatCompletionMe
 			parts = append([]openai.ChatCompletionContentPartUnionParam{openai.TextContentPart(text.String())}, parts...)
 			out = append(out, openai.UserMessage(parts))
 		case projection.RoleAssistant:
-			out = append(out, assistantMessages(m)...)
+			out = append(out, assistantMessages(m, results)...)
 		}
 	}
 	return out
@@ -519,12 +640,13 @@ func (a *Agent) messages(history []projection.Message) []openai.ChatCompletionMe
 
 // assistantMessages is one assistant message (its text and tool calls)
 // and the tool messages of its calls' results. A call left without a
-// result (its turn was cut short) gets one saying so, since the API
+// result gets its entry of results (a decision of a resumed turn) or, when
+// there is none (its turn was cut short), one saying so, since the API
 // refuses a call without an answer.
-func assistantMessages(m projection.Message) []openai.ChatCompletionMessageParamUnion {
+func assistantMessages(m projection.Message, results map[string]string) []openai.ChatCompletionMessageParamUnion {
 	var text strings.Builder
 	asst := openai.ChatCompletionAssistantMessageParam{}
-	var results []openai.ChatCompletionMessageParamUnion
+	var msgs []openai.ChatCompletionMessageParamUnion
 	for _, p := range m.Parts {
 		switch p.Type {
 		case "text":
@@ -538,13 +660,16 @@ func assistantMessages(m projection.Message) []openai.ChatCompletionMessageParam
 				OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{ID: p.ToolCallID, Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: p.ToolName, Arguments: args}},
 			})
 			content := string(p.Output)
+			r, decided := results[p.ToolCallID]
 			switch {
-			case p.State == projection.StateInputAvailable:
+			case decided && !hasResult(p):
+				content = r
+			case p.State == projection.StateInputAvailable, content == "" && p.ErrorText == "" && !hasResult(p):
 				content = `{"error":"no result: the turn was cut short"}`
 			case content == "" && p.ErrorText != "":
 				content = p.ErrorText
 			}
-			results = append(results, openai.ToolMessage(content, p.ToolCallID))
+			msgs = append(msgs, openai.ToolMessage(content, p.ToolCallID))
 		}
 	}
 	if text.Len() == 0 && len(asst.ToolCalls) == 0 {
@@ -553,5 +678,5 @@ func assistantMessages(m projection.Message) []openai.ChatCompletionMessageParam
 	if text.Len() > 0 {
 		asst.Content.OfString = param.NewOpt(text.String())
 	}
-	return append([]openai.ChatCompletionMessageParamUnion{{OfAssistant: &asst}}, results...)
+	return append([]openai.ChatCompletionMessageParamUnion{{OfAssistant: &asst}}, msgs...)
 }
