@@ -51,11 +51,12 @@ var routeAccess = map[string]access{
 	"GET /readyz":                    {public: true},
 	"GET /agents":                    {catalog: true},
 	"POST /agents/:name/:instanceId": {verb: auth.VerbDeliver, deliver: true},
-	"GET /agents/:name/:instanceId/conversation":                     {verb: auth.VerbRead},
-	"GET /agents/:name/:instanceId/stream":                           {verb: auth.VerbRead, stream: true},
-	"GET /agents/:name/:instanceId/submissions/:submissionId":        {verb: auth.VerbRead},
-	"POST /agents/:name/:instanceId/submissions/:submissionId/abort": {verb: auth.VerbAbort},
-	"POST /agents/:name/:instanceId/stream-token":                    {verb: auth.VerbRead},
+	"GET /agents/:name/:instanceId/conversation":                         {verb: auth.VerbRead},
+	"GET /agents/:name/:instanceId/stream":                               {verb: auth.VerbRead, stream: true},
+	"GET /agents/:name/:instanceId/submissions/:submissionId":            {verb: auth.VerbRead},
+	"POST /agents/:name/:instanceId/submissions/:submissionId/abort":     {verb: auth.VerbAbort},
+	"POST /agents/:name/:instanceId/submissions/:submissionId/approvals": {verb: auth.VerbApprove},
+	"POST /agents/:name/:instanceId/stream-token":                        {verb: auth.VerbRead},
 	// The lifecycle routes (lifecycle.go). A fork also needs manage on the
 	// instance it creates, checked by the handler.
 	"GET /agents/:name":                         {verb: auth.VerbRead, listing: true},

@@ -31,6 +31,9 @@ func (noConversations) AbortSession(context.Context, record.Key) error { return 
 func (noConversations) Change(context.Context, log.Change) (log.ChangeResult, bool, error) {
 	return log.ChangeResult{}, false, conversation.ErrUnknownAgent
 }
+func (noConversations) Decide(context.Context, log.Decide) (log.Decided, bool, error) {
+	return log.Decided{}, false, conversation.ErrUnknownAgent
+}
 
 // Every route the server registers has an access rule: with access control
 // on, a route without one would be closed to everyone by default, and this

@@ -50,7 +50,8 @@ func TestAccessMatrix(t *testing.T) {
 		"alice":    {"read:echo/{sub}", "deliver:echo/{sub}", "abort:echo/{sub}"},
 		"bob":      {"read:echo/{sub}", "deliver:echo/{sub}", "abort:echo/{sub}"},
 		"reader":   {"read:echo/*"},
-		"ops":      {"admin", "read:*/*", "deliver:*/*", "abort:*/*", "manage:*/*"},
+		"ops":      {"admin", "read:*/*", "deliver:*/*", "abort:*/*", "manage:*/*", "approve:*/*"},
+		"approver": {"approve:echo/*"},
 		"nothing":  {},
 		"otherapp": {"read:strict/*", "deliver:strict/*"},
 	})
@@ -100,11 +101,12 @@ func TestAccessMatrix(t *testing.T) {
 		return out
 	}
 	allowed := map[string]map[auth.Verb]bool{ // on alice's conversation
-		"alice":  {auth.VerbRead: true, auth.VerbDeliver: true, auth.VerbAbort: true},
-		"reader": {auth.VerbRead: true},
-		"ops":    {auth.VerbRead: true, auth.VerbDeliver: true, auth.VerbAbort: true, auth.VerbManage: true},
+		"alice":    {auth.VerbRead: true, auth.VerbDeliver: true, auth.VerbAbort: true},
+		"reader":   {auth.VerbRead: true},
+		"ops":      {auth.VerbRead: true, auth.VerbDeliver: true, auth.VerbAbort: true, auth.VerbManage: true, auth.VerbApprove: true},
+		"approver": {auth.VerbApprove: true},
 	}
-	principals := []string{"", "garbage", "alice", "bob", "reader", "ops", "nothing", "otherapp"}
+	principals := []string{"", "garbage", "alice", "bob", "reader", "ops", "approver", "nothing", "otherapp"}
 	cells, leaks := 0, 0
 	for _, who := range principals {
 		existing, missing := routes("alice", subID), routes("nobody-here", "sub_01AAAAAAAAAAAAAAAAAAAAAAAA")

@@ -77,6 +77,14 @@ func toAPIError(err error) (e *wire.APIError, internal bool) {
 		return &wire.APIError{Status: http.StatusConflict, Code: wire.CodeAlreadySettled, Message: err.Error(), Cause: err}, false
 	case errors.Is(err, log.ErrSubmissionSettled):
 		return &wire.APIError{Status: http.StatusConflict, Code: wire.CodeAlreadySettled, Message: "the submission is already settled", Cause: err}, false
+	case errors.Is(err, log.ErrNotWaiting):
+		return &wire.APIError{Status: http.StatusConflict, Code: wire.CodeNotWaiting, Cause: err,
+			Message: "the submission is not waiting for approvals"}, false
+	case errors.Is(err, log.ErrUnknownApproval):
+		return &wire.APIError{Status: http.StatusNotFound, Code: wire.CodeNotFound, Message: "no such approval for this submission", Cause: err}, false
+	case errors.Is(err, log.ErrAlreadyDecided):
+		return &wire.APIError{Status: http.StatusConflict, Code: wire.CodeAlreadyDecided, Cause: err,
+			Message: "an approval of this request was decided already; the first decision stands"}, false
 	case errors.Is(err, log.ErrIdempotencyKeyReused):
 		return &wire.APIError{Status: http.StatusUnprocessableEntity, Code: wire.CodeIdempotencyKeyReused, Cause: err,
 			Message: "this Idempotency-Key was used for another request"}, false

@@ -57,6 +57,7 @@ type Conversations interface {
 	Abort(ctx context.Context, submissionID string) (record.Submission, error)
 	AbortSession(ctx context.Context, key record.Key) error
 	Change(ctx context.Context, c log.Change) (log.ChangeResult, bool, error)
+	Decide(ctx context.Context, d log.Decide) (log.Decided, bool, error)
 }
 
 var _ Conversations = (*conversation.Core)(nil)
@@ -327,6 +328,7 @@ func New(opts Options) (*Server, error) {
 	e.GET(base+"/submissions/:submissionId", s.submission)
 	e.POST(base+"/stream-token", s.streamToken)
 	e.POST(base+"/submissions/:submissionId/abort", s.abort)
+	e.POST(base+"/submissions/:submissionId/approvals", s.approvals)
 	// Listing, rewind, regenerate, fork, reset, delete: lifecycle.go.
 	if ll, ok := opts.Log.(LifecycleLog); ok {
 		s.lifecycleRoutes(e, base, ll)

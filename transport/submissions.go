@@ -31,7 +31,7 @@ func (s *Server) submission(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if wait > 0 && !sub.Status.Terminal() {
+	if wait > 0 && !answered(sub) {
 		// Outlive a server WriteTimeout shorter than the wait.
 		_ = http.NewResponseController(c.Response().Writer).SetWriteDeadline(time.Now().Add(wait + 10*time.Second))
 		timer := time.NewTimer(wait)
@@ -43,7 +43,7 @@ func (s *Server) submission(c echo.Context) error {
 			// closes changed even if it lands between the two.
 			changed, release := s.db.Changed(sub.Key)
 			sub, err = get()
-			if err != nil || sub.Status.Terminal() {
+			if err != nil || answered(sub) {
 				release()
 				if err != nil {
 					return err
@@ -76,6 +76,11 @@ func (s *Server) submission(c echo.Context) error {
 	c.Response().Header().Set(echo.HeaderCacheControl, "no-store")
 	return writeJSON(c, http.StatusOK, sub)
 }
+
+// answered is where a ?wait= long poll returns: the submission is
+// settled, or waits for a person's decisions (input_required with pending
+// approvals; once all are decided it resumes, and the poll goes on).
+func answered(sub record.Submission) bool { return sub.Status.Terminal() || sub.Waiting() }
 
 // queryWait is the wait parameter: a Go duration from 0 to MaxWait.
 func queryWait(c echo.Context) (time.Duration, error) {

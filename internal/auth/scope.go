@@ -18,6 +18,7 @@ const (
 	VerbDeliver Verb = "deliver" // deliver messages
 	VerbAbort   Verb = "abort"   // abort submissions
 	VerbManage  Verb = "manage"  // rewind, regenerate, fork, reset, delete
+	VerbApprove Verb = "approve" // decide a submission's pending tool approvals
 	VerbAdmin   Verb = "admin"   // backup, metrics when protected
 )
 
@@ -55,7 +56,7 @@ func ParseScope(s string) (Scope, error) {
 		return Scope{}, fmt.Errorf("%w %q: want admin or verb:agent/instance", ErrInvalidScope, record.Clip(s, 60))
 	}
 	switch Verb(verb) {
-	case VerbRead, VerbDeliver, VerbAbort, VerbManage:
+	case VerbRead, VerbDeliver, VerbAbort, VerbManage, VerbApprove:
 	default:
 		return Scope{}, fmt.Errorf("%w %q: unknown verb %q (read, deliver, abort, manage or admin)", ErrInvalidScope, record.Clip(s, 60), record.Clip(verb, 60))
 	}

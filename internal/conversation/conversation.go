@@ -49,6 +49,7 @@ var (
 type Log interface {
 	Admit(ctx context.Context, a log.Admission) (sub record.Submission, replayed bool, err error)
 	Change(ctx context.Context, c log.Change) (log.ChangeResult, bool, error)
+	Decide(ctx context.Context, d log.Decide) (log.Decided, bool, error)
 	Write(ctx context.Context, w log.Write) (log.Appended, error)
 	Pending(ctx context.Context, key record.Key) ([]record.Submission, error)
 	Submission(ctx context.Context, id string) (record.Submission, error)
@@ -203,6 +204,21 @@ func (c *Core) Abort(ctx context.Context, id string) (record.Submission, error) 
 		return sub, &SettledError{Status: sub.Status}
 	}
 	return sub, nil
+}
+
+// Decide applies a person's decisions to a submission waiting for tool
+// approvals (log.DB.Decide checks them, in one transaction). The decision
+// that leaves nothing undecided puts the submission back in the outbox:
+// the runner resumes it in a new turn of the same submission.
+func (c *Core) Decide(ctx context.Context, d log.Decide) (log.Decided, bool, error) {
+	if _, err := c.Agent(d.Key.Agent); err != nil {
+		return log.Decided{}, false, err
+	}
+	res, replayed, err := c.log.Decide(ctx, d)
+	if err == nil && res.Resumed && !replayed && c.outbox != nil {
+		c.outbox.Kick()
+	}
+	return res, replayed, err
 }
 
 // SettledError is an abort that lost the race to the turn's own

@@ -23,6 +23,8 @@ const (
 	CodeSessionBusy          = "session_busy"           // 409: the agent rejects deliveries to a busy session
 	CodeTurnLimitReached     = "turn_limit_reached"     // 409: the session has had its agent's maxTurns deliveries
 	CodeAlreadySettled       = "already_settled"        // 409: abort of a settled submission
+	CodeNotWaiting           = "not_waiting"            // 409: a decision for a submission that waits for none
+	CodeAlreadyDecided       = "already_decided"        // 409: a decision for an approval decided already (the first stands)
 	CodeReaderTooSlow        = "reader_too_slow"        // SSE final frame: a live reader fell MaxLag records behind
 	CodePayloadTooLarge      = "payload_too_large"      // 413
 	CodeUnsupportedMediaType = "unsupported_media_type" // 415
