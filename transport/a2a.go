@@ -63,6 +63,9 @@ const (
 	taskCompleted = "TASK_STATE_COMPLETED"
 	taskFailed    = "TASK_STATE_FAILED"
 	taskCanceled  = "TASK_STATE_CANCELED"
+	// taskInputRequired is a submission waiting for a person's approval
+	// of tool calls (input_required).
+	taskInputRequired = "TASK_STATE_INPUT_REQUIRED"
 )
 
 type rpcError struct {
@@ -714,6 +717,8 @@ func taskState(st record.Status) string {
 		return taskFailed
 	case record.StatusAborted:
 		return taskCanceled
+	case record.StatusInputRequired:
+		return taskInputRequired
 	}
 	return taskSubmitted
 }
@@ -733,6 +738,9 @@ func taskStatus(sub record.Submission) a2aStatus {
 	if sub.Status == record.StatusFailed || sub.Status == record.StatusAborted {
 		st.Message = &a2aMessage{MessageID: sub.ID + ".status", ContextID: sub.Key.Instance, TaskID: sub.ID, Role: "ROLE_AGENT",
 			Parts: []a2aPart{textPart(failureText(sub.Error, record.Outcome(sub.Status)))}}
+	}
+	if sub.Waiting() {
+		st.Message = approvalMessage(sub, sub.Pending)
 	}
 	return st
 }
@@ -978,7 +986,20 @@ func (k *a2aSink) Emit(ev turnview.Event) {
 		sub.Error = ev.Failure
 		sub.SettledAt = time.Now()
 		k.status(taskState(sub.Status), sub)
+	case turnview.OpInputRequired:
+		st := taskStatus(ev.Sub)
+		st.State = taskInputRequired
+		st.Message = approvalMessage(ev.Sub, ev.Requests)
+		k.result(a2aStreamResponse{StatusUpdate: &a2aStatusUpdate{TaskID: k.sub.ID, ContextID: k.sub.Key.Instance, Status: st}})
 	}
+}
+
+// approvalMessage is the status message of a task waiting for approvals:
+// one data part {"requests": [...]}, the submission's pending requests.
+func approvalMessage(sub record.Submission, reqs []record.ApprovalRequest) *a2aMessage {
+	data, _ := json.Marshal(record.ApprovalRequestPayload{Requests: reqs})
+	return &a2aMessage{MessageID: sub.ID + ".status", ContextID: sub.Key.Instance, TaskID: sub.ID, Role: "ROLE_AGENT",
+		Parts: []a2aPart{{Data: data}}}
 }
 
 func (k *a2aSink) Keepalive()   { k.w.comment("keepalive") }

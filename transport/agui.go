@@ -255,6 +255,24 @@ func (k *aguiSink) Emit(ev turnview.Event) {
 			}
 			k.event(aguiEvent{Type: "RUN_ERROR", Message: msg, Code: code})
 		}
+	case turnview.OpInputRequired:
+		// The run ends interrupted: one interrupt per pending approval; the
+		// next run's resume decides them.
+		k.closeOpen()
+		type interrupt struct {
+			ID         string `json:"id"`
+			Reason     string `json:"reason"`
+			ToolCallID string `json:"toolCallId"`
+		}
+		out := struct {
+			Type       string      `json:"type"`
+			Interrupts []interrupt `json:"interrupts"`
+		}{Type: "interrupt", Interrupts: []interrupt{}}
+		for _, r := range ev.Requests {
+			out.Interrupts = append(out.Interrupts, interrupt{ID: r.ApprovalID, Reason: "tool_call", ToolCallID: r.ToolCallID})
+		}
+		b, _ := json.Marshal(out)
+		k.event(aguiEvent{Type: "RUN_FINISHED", ThreadID: k.threadID, RunID: k.runID, Outcome: b})
 	}
 }
 

@@ -373,6 +373,15 @@ func (k *aiSDKSink) Emit(ev turnview.Event) {
 		}
 		k.chunk(aiFinish{Type: "finish", FinishReason: reason, MessageMetadata: aiMetadata{ev.Sub.ID}})
 		k.finished = true
+	case turnview.OpInputRequired:
+		// The message stops at the calls a person must approve; the answer
+		// continues it once they are decided.
+		for _, r := range ev.Requests {
+			k.chunk(map[string]string{"type": "tool-approval-request", "approvalId": r.ApprovalID, "toolCallId": r.ToolCallID})
+		}
+		k.chunk(map[string]string{"type": "finish-step"})
+		k.chunk(aiFinish{Type: "finish", FinishReason: "tool-calls", MessageMetadata: aiMetadata{ev.Sub.ID}})
+		k.finished = true
 	}
 }
 

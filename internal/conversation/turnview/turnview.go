@@ -48,6 +48,10 @@ const (
 	OpToolCall   Op = "tool-call"   // ID, ToolName, Input
 	OpToolResult Op = "tool-result" // ID, ToolName, Output, IsError
 	OpFinish     Op = "finish"      // Outcome, Failure (nil on success), Sub
+	// OpInputRequired ends the view without a settlement: the turn stopped
+	// to ask a person to approve tool calls (Requests), and the submission
+	// waits, input_required. Its resumption is another turn.
+	OpInputRequired Op = "input-required"
 )
 
 // Kinds of a part event.
@@ -69,6 +73,7 @@ type Event struct {
 	Outcome  record.Outcome
 	Failure  *record.Failure
 	Sub      record.Submission
+	Requests []record.ApprovalRequest
 }
 
 // Sink is an adapter's encoder: Emit buffers an event, Flush sends what
@@ -328,6 +333,23 @@ func (v *View) record(ctx context.Context, r record.Record) error {
 		}
 		v.endLive()
 		v.sink.Emit(Event{Op: OpFinish, Outcome: st.Outcome, Failure: st.Error, Sub: v.sub})
+		v.done = true
+	case record.EntryApprovalRequest:
+		if e.SubmissionID != v.sub.ID {
+			return nil
+		}
+		// Only the request the submission waits on now ends the view: an
+		// earlier one, decided since, is history of a resumed submission.
+		sub, err := v.c.Log.Submission(ctx, v.sub.ID)
+		if err != nil || !sub.Waiting() || sub.TurnID != e.TurnID {
+			return nil
+		}
+		var p record.ApprovalRequestPayload
+		if err := json.Unmarshal(e.Payload, &p); err != nil {
+			return fmt.Errorf("approval request %s: %w", e.ID, err)
+		}
+		v.endLive()
+		v.sink.Emit(Event{Op: OpInputRequired, Requests: p.Requests, Sub: sub})
 		v.done = true
 	case record.EntryAssistantMessage:
 		if e.SubmissionID == v.sub.ID && v.turnID == "" && e.TurnID != "" {

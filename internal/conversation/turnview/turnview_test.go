@@ -157,6 +157,11 @@ func (s *sink) Emit(ev turnview.Event) {
 		e = fmt.Sprintf("%s %s %s %s %v", ev.Op, ev.ID, ev.ToolName, ev.Output, ev.IsError)
 	case turnview.OpFinish:
 		e = fmt.Sprintf("%s %s %v", ev.Op, ev.Outcome, ev.Failure)
+	case turnview.OpInputRequired:
+		e = string(ev.Op)
+		for _, r := range ev.Requests {
+			e += " " + r.ApprovalID + "/" + r.ToolCallID
+		}
 	}
 	s.events = append(s.events, e)
 }
@@ -470,4 +475,38 @@ func TestRunEnds(t *testing.T) {
 			return nil
 		})
 	})
+}
+
+// A turn that stops to ask for approvals ends the view with the requests,
+// without a settlement; once they are decided (the submission no longer
+// waits) the same request is history, and the view goes on to the answer.
+func TestInputRequiredEndsTheView(t *testing.T) {
+	req := record.ApprovalRequestPayload{Requests: []record.ApprovalRequest{{ApprovalID: "apr_1", ToolCallID: "c1", ToolName: "refund", Input: json.RawMessage(`{}`)}}}
+	waiting := record.Submission{ID: "s1", Key: key, Offset: "0", TurnID: "t1", Status: record.StatusInputRequired,
+		Approvals: []record.Approval{{ApprovalRequest: req.Requests[0]}}}
+	waiting.Pending = record.PendingOf(waiting.Approvals)
+	l := newMemLog(waiting)
+	l.append(assistant("t1", record.Part{Type: record.PartToolCall, ToolCallID: "c1", ToolName: "refund", Input: json.RawMessage(`{}`)}),
+		entry(record.EntryApprovalRequest, "s1", "t1", req))
+	k := &sink{}
+	v := turnview.New(config(l), key, waiting, nil, false, k)
+	if err := v.Snapshot(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !v.Settled() {
+		t.Error("the view did not end at the approval request")
+	}
+	k.has(t, "start s1", "tool-call c1 refund {}", "input-required apr_1/c1")
+
+	// Decided and resumed: the request is history.
+	l.mu.Lock()
+	l.sub.Status, l.sub.Pending = record.StatusRunning, nil
+	l.mu.Unlock()
+	l.append(settled("s1", record.OutcomeCompleted, nil))
+	k = &sink{}
+	v = turnview.New(config(l), key, waiting, nil, false, k)
+	if err := v.Snapshot(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	k.has(t, "start s1", "tool-call c1 refund {}", "finish completed <nil>")
 }
