@@ -596,7 +596,7 @@ func (p *Pool) sweep(ctx context.Context) {
 
 // scanUnsettled pages through every unsettled submission: it settles the
 // orphans of each page and calls admitted once per session with admitted
-// submissions. A backlog of any size is covered, a page at a time.
+// or resumable submissions. A backlog of any size is covered, a page at a time.
 func (p *Pool) scanUnsettled(ctx context.Context, admitted func(record.Submission)) error {
 	seen := map[record.Key]bool{}
 	var cursor clog.ScanCursor
@@ -610,7 +610,10 @@ func (p *Pool) scanUnsettled(ctx context.Context, admitted func(record.Submissio
 			orphanErr = err
 		}
 		for _, s := range subs {
-			if s.Status == record.StatusAdmitted && !seen[s.Key] {
+			// A resumable submission (every approval decided) runs as an
+			// admitted one does; a waiting one waits for a person, never
+			// called interrupted (settleOrphans takes running ones only).
+			if s.Runnable() && !seen[s.Key] {
 				seen[s.Key] = true
 				admitted(s)
 			}
@@ -743,11 +746,16 @@ func (p *Pool) Abort(ctx context.Context, id string) (record.Submission, error) 
 		}
 		return p.cfg.Log.Submission(context.WithoutCancel(ctx), id)
 	default:
-		// Admitted, or running with no turn in this process (left by a
-		// crash before recovery saw it): settle it here.
+		// Admitted, input_required (no turn holds a waiting submission),
+		// or running with no turn in this process (left by a crash
+		// before recovery saw it): settle it here.
+		msg := "aborted before it ran"
+		if sub.Status == record.StatusInputRequired {
+			msg = "aborted while waiting for approval"
+		}
 		_, err := p.cfg.Log.Write(ctx, clog.Write{Key: sub.Key, Settle: []record.Settlement{{
 			SubmissionID: id, Outcome: record.OutcomeAborted,
-			Error: &record.Failure{Code: "aborted", Message: "aborted before it ran"},
+			Error: &record.Failure{Code: "aborted", Message: msg},
 		}}})
 		lk.Unlock()
 		if err != nil {
