@@ -287,16 +287,30 @@ func (s *Server) holds(ctx context.Context, key record.Key, holder string) error
 // are there, or its starts and settlements are the submissions' state.
 // Writes commit atomically, so any part found means the whole write was.
 func (s *Server) replayed(ctx context.Context, w clog.Write, err error) bool {
-	if len(w.Start) == 0 && len(w.Settle) == 0 {
+	if len(w.Start) == 0 && len(w.Settle) == 0 && w.Await == nil {
 		return errors.Is(err, clog.ErrDuplicateEntry)
 	}
 	if !errors.Is(err, clog.ErrSubmissionSettled) && !errors.Is(err, clog.ErrSubmissionState) {
 		return false
 	}
 	for _, id := range w.Start {
+		// Started by this write: running as its turn. (A resumable one
+		// is input_required, and was admitted before: not started yet.)
 		sub, err := s.cfg.Log.Submission(ctx, id)
-		if err != nil || sub.TurnID != w.TurnID || sub.Status == record.StatusAdmitted {
+		if err != nil || sub.Status != record.StatusRunning || sub.TurnID != w.TurnID {
 			return false
+		}
+	}
+	if a := w.Await; a != nil {
+		// Waiting on this write's requests, asked by its turn.
+		sub, err := s.cfg.Log.Submission(ctx, a.SubmissionID)
+		if err != nil || sub.Status != record.StatusInputRequired || sub.TurnID != w.TurnID || len(sub.Approvals) != len(a.Requests) {
+			return false
+		}
+		for i, r := range a.Requests {
+			if sub.Approvals[i].ApprovalID != r.ApprovalID {
+				return false
+			}
 		}
 	}
 	for _, st := range w.Settle {
@@ -333,10 +347,15 @@ func (s *Server) Abort(ctx context.Context, id string) (record.Submission, error
 	if sub.Status.Terminal() {
 		return sub, fmt.Errorf("abort %s: %w", id, clog.ErrSubmissionSettled)
 	}
-	if sub.Status == record.StatusAdmitted {
+	if sub.Status == record.StatusAdmitted || sub.Status == record.StatusInputRequired {
+		// No worker holds it: one waiting for approval is no turn's.
+		msg := "aborted before it ran"
+		if sub.Status == record.StatusInputRequired {
+			msg = "aborted while waiting for approval"
+		}
 		_, err := db.Write(ctx, clog.Write{Key: sub.Key, Settle: []record.Settlement{{
 			SubmissionID: id, Outcome: record.OutcomeAborted,
-			Error: &record.Failure{Code: "aborted", Message: "aborted before it ran"},
+			Error: &record.Failure{Code: "aborted", Message: msg},
 		}}})
 		if err == nil {
 			return db.Submission(ctx, id)
