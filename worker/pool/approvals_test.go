@@ -264,3 +264,113 @@ func TestApprovalResumeAfterTheRunnerLeft(t *testing.T) {
 		t.Fatalf("resumes %+v", resumes)
 	}
 }
+
+// gated holds a turn whose prompt is "hold" until released; the others
+// go to the asker.
+type gated struct {
+	*asker
+	started chan struct{}
+	release chan struct{}
+}
+
+func (g *gated) Invoke(ctx context.Context, s worker.Scope, p worker.Prompt) iter.Seq[worker.Event] {
+	if p.Text != "hold" {
+		return g.asker.Invoke(ctx, s, p)
+	}
+	return func(yield func(worker.Event) bool) {
+		g.started <- struct{}{}
+		select {
+		case <-g.release:
+		case <-ctx.Done():
+			return
+		}
+		if yield(worker.Text("held")) {
+			yield(worker.Completed(nil))
+		}
+	}
+}
+
+// An agent configured without approvals that asks anyway in a turn
+// answering several submissions (join) fails that turn: one submission
+// waits, not several.
+func TestApprovalInAJoinedTurnFails(t *testing.T) {
+	g := &gated{asker: &asker{}, started: make(chan struct{}, 1), release: make(chan struct{})}
+	r := startRig(t, func(reg *pool.Registry) { reg.Register("g", g, worker.BusyJoin) })
+	key := record.Key{Agent: "g", Instance: "i", Session: "s"}
+	first := r.admit(t, key, "hold")
+	<-g.started
+	second, third := r.admit(t, key, "ask2"), r.admit(t, key, "ask3")
+	close(g.release)
+	r.settled(t, first.ID)
+	for _, id := range []string{second.ID, third.ID} {
+		if s := r.settled(t, id); s.Status != record.StatusFailed || s.Error == nil || s.Error.Code != "approval_joined" {
+			t.Fatalf("%s: %+v %+v", id, s, s.Error)
+		}
+	}
+}
+
+// With approvals configured, a join agent answers one submission per
+// turn: the one that asks waits alone, the next waits behind it.
+func TestApprovalAgentAnswersOneAtATime(t *testing.T) {
+	g := &gated{asker: &asker{}, started: make(chan struct{}, 1), release: make(chan struct{})}
+	r := startRig(t, func(reg *pool.Registry) {
+		reg.RegisterWith("g", g, worker.AgentOptions{Busy: worker.BusyJoin, Approvals: true})
+	})
+	ctx := context.Background()
+	key := record.Key{Agent: "g", Instance: "i", Session: "s"}
+	first := r.admit(t, key, "hold")
+	<-g.started
+	second, third := r.admit(t, key, "ask2"), r.admit(t, key, "hello")
+	close(g.release)
+	r.settled(t, first.ID)
+	w := r.waiting(t, second.ID)
+	if s, _ := r.db.Submission(ctx, third.ID); s.Status != record.StatusAdmitted {
+		t.Fatalf("third while the second waits: %+v", s)
+	}
+	if _, _, err := r.db.Decide(ctx, clog.Decide{Key: key, SubmissionID: second.ID, Decisions: []record.ApprovalDecisionPayload{
+		{ApprovalID: w.Pending[0].ApprovalID, Approved: true},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	r.relay.Kick()
+	s2, s3 := r.settled(t, second.ID), r.settled(t, third.ID)
+	if s2.Status != record.StatusCompleted || s3.Status != record.StatusCompleted || s2.TurnID == s3.TurnID || s3.AnsweredBySubmissionID != "" {
+		t.Fatalf("second %+v third %+v", s2, s3)
+	}
+}
+
+// A wait outlives the process: recovery never calls a waiting submission
+// interrupted, and a decision after the restart resumes it.
+func TestApprovalWaitSurvivesARestart(t *testing.T) {
+	dir := t.TempDir()
+	a := &asker{}
+	register := func(reg *pool.Registry) {
+		reg.RegisterWith("asker", a, worker.AgentOptions{Busy: worker.BusyQueue, Approvals: true})
+	}
+	// Deaf to the relay: only recovery and sweeps find its work.
+	deaf := rigOptions{sweep: 50 * time.Millisecond, poolNamespace: "deaf"}
+	r := startRigWith(t, dir, register, deaf)
+	ctx := context.Background()
+	key := record.Key{Agent: "asker", Instance: "i1", Session: "s1"}
+	sub := r.admit(t, key, "ask1")
+	w := r.waiting(t, sub.ID)
+	r.stop()
+
+	r = startRigWith(t, dir, register, deaf)
+	check.For(t, 10*time.Second, 10*time.Millisecond, r.pool.Ready)
+	if s, err := r.db.Submission(ctx, sub.ID); err != nil || !s.Waiting() {
+		t.Fatalf("after recovery: %+v %v", s, err)
+	}
+	// The pool hears no doorbell: a sweep finds it resumable.
+	if _, _, err := r.db.Decide(ctx, clog.Decide{Key: key, SubmissionID: sub.ID, Decisions: []record.ApprovalDecisionPayload{
+		{ApprovalID: w.Pending[0].ApprovalID, Approved: true},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if s := r.settled(t, sub.ID); s.Status != record.StatusCompleted {
+		t.Fatalf("resumed: %+v", s)
+	}
+	if inv, resumes := a.seen(); inv != 2 || len(resumes) != 1 {
+		t.Fatalf("invokes %d resumes %d", inv, len(resumes))
+	}
+}
