@@ -3,10 +3,12 @@ package remote_test
 import (
 	"context"
 	"encoding/json"
+	"iter"
 	"testing"
 
 	clog "github.com/convlog/convlog/log"
 	"github.com/convlog/convlog/log/record"
+	"github.com/convlog/convlog/worker"
 	"github.com/convlog/convlog/worker/pool"
 )
 
@@ -79,5 +81,63 @@ func TestRemoteAbortWhileWaiting(t *testing.T) {
 	got, err := o.srv.Abort(ctx, sub.ID)
 	if err != nil || got.Status != record.StatusAborted || got.Error == nil || got.Error.Code != "aborted" {
 		t.Fatalf("abort: %+v %v", got, err)
+	}
+}
+
+// asker starts a tool call and asks to approve it; resumed, it reports
+// each decision as the call's result and completes.
+type asker struct{}
+
+func (asker) Invoke(ctx context.Context, _ worker.Scope, p worker.Prompt) iter.Seq[worker.Event] {
+	return func(yield func(worker.Event) bool) {
+		if p.Resume == nil {
+			if yield(worker.ToolStarted("c1", "refund", json.RawMessage(`{"n":1}`))) &&
+				yield(worker.ApprovalRequested("c1", "refund", json.RawMessage(`{"n":1}`))) {
+				yield(worker.Completed(nil))
+			}
+			return
+		}
+		for _, d := range p.Resume.Decisions {
+			out, _ := json.Marshal(map[string]any{"approved": d.Approved, "input": d.Input, "reason": d.Reason})
+			if !yield(worker.ToolEnded(d.ToolCallID, false, out)) {
+				return
+			}
+		}
+		yield(worker.Completed(nil))
+	}
+}
+
+// A remote worker's turn asks; the owner's log holds the wait; decided
+// there, a worker resumes the submission with the decisions, which
+// travel to it with the submission.
+func TestRemoteWorkerAsksAndResumes(t *testing.T) {
+	o := startOwner(t)
+	startWorker(t, o)
+	ctx := context.Background()
+	key := record.Key{Agent: "ask", Instance: "i", Session: "ask"}
+	sub := o.admit(t, key, "refund me")
+	var w record.Submission
+	waitFor(t, "the submission to wait", func() bool {
+		var err error
+		w, err = o.db.Submission(ctx, sub.ID)
+		return err == nil && w.Waiting()
+	})
+	if _, _, err := o.db.Decide(ctx, clog.Decide{Key: key, SubmissionID: sub.ID, Decisions: []record.ApprovalDecisionPayload{
+		{ApprovalID: w.Pending[0].ApprovalID, Approved: true, Reason: "fine", Input: json.RawMessage(`{"n":2}`)},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	o.relay.Kick()
+	if s := o.settled(t, sub.ID); s.Status != record.StatusCompleted {
+		t.Fatalf("settled %+v", s)
+	}
+	results := o.entries(t, key, record.EntryToolResult)
+	if len(results) != 1 {
+		t.Fatalf("%d tool results", len(results))
+	}
+	var p record.ToolResultPayload
+	json.Unmarshal(results[0].Payload, &p)
+	if p.ToolCallID != "c1" || p.ToolName != "refund" || string(p.Output) != `{"approved":true,"input":{"n":2},"reason":"fine"}` {
+		t.Fatalf("tool result %+v %s", p, p.Output)
 	}
 }
