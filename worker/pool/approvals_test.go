@@ -374,3 +374,47 @@ func TestApprovalWaitSurvivesARestart(t *testing.T) {
 		t.Fatalf("invokes %d resumes %d", inv, len(resumes))
 	}
 }
+
+// approvalTimeout denies what is undecided when it expires, and the
+// submission resumes with the denials; the deadline outlives a restart
+// (recovery arms it again).
+func TestApprovalTimeout(t *testing.T) {
+	dir := t.TempDir()
+	a := &asker{}
+	register := func(reg *pool.Registry) {
+		reg.RegisterWith("asker", a, worker.AgentOptions{Busy: worker.BusyQueue, Approvals: true, ApprovalTimeout: time.Second})
+	}
+	r := startRigIn(t, dir, register)
+	key := record.Key{Agent: "asker", Instance: "i1", Session: "s1"}
+	sub := r.admit(t, key, "ask1")
+	w := r.waiting(t, sub.ID)
+	if w.ApprovalDeadline.IsZero() {
+		t.Fatalf("no deadline: %+v", w)
+	}
+	r.stop() // before the deadline: the next start's recovery arms it
+
+	r = startRigIn(t, dir, register)
+	if s := r.settled(t, sub.ID); s.Status != record.StatusCompleted {
+		t.Fatalf("settled %+v", s)
+	}
+	_, resumes := a.seen()
+	if len(resumes) != 1 || len(resumes[0].Decisions) != 1 {
+		t.Fatalf("resumes %+v", resumes)
+	}
+	if d := resumes[0].Decisions[0]; d.Approved || d.Reason != worker.ReasonTimeout {
+		t.Fatalf("decision %+v", d)
+	}
+	var decisions []record.ApprovalDecisionPayload
+	for _, rec := range r.records(t, key) {
+		if rec.Entry.Type == record.EntryApprovalDecision {
+			var p record.ApprovalDecisionPayload
+			json.Unmarshal(rec.Entry.Payload, &p)
+			decisions = append(decisions, p)
+		}
+	}
+	if len(decisions) != 1 || decisions[0].Approved || decisions[0].Reason != record.ReasonTimeout ||
+		decisions[0].Principal == nil || decisions[0].Principal.Subject != "convlog:timeout" {
+		t.Fatalf("decisions %+v", decisions)
+	}
+
+}

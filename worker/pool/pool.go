@@ -112,14 +112,15 @@ type Pool struct {
 
 	stopCh chan struct{} // closed when the pool stops taking work
 
-	mu       sync.Mutex
-	sessions map[record.Key]*session // sessions with a runner goroutine
-	running  map[string]*turnState   // submission id -> its running turn
-	started  bool                    // leases open, recovery done: turns may run
-	startErr error                   // why not started yet
-	early    map[record.Key]bool     // doorbells rung before started
-	stopping bool
-	runners  sync.WaitGroup
+	mu        sync.Mutex
+	sessions  map[record.Key]*session // sessions with a runner goroutine
+	running   map[string]*turnState   // submission id -> its running turn
+	approvals approvalTimers          // of waiting submissions with a deadline
+	started   bool                    // leases open, recovery done: turns may run
+	startErr  error                   // why not started yet
+	early     map[record.Key]bool     // doorbells rung before started
+	stopping  bool
+	runners   sync.WaitGroup
 
 	// stripes serialize the decision to start or abort submissions of one
 	// session, without a lock object per session.
@@ -360,6 +361,7 @@ func (p *Pool) drain() error {
 	p.stopping = true
 	p.mu.Unlock()
 	close(p.stopCh)
+	p.stopApprovals()
 	done := make(chan struct{})
 	go func() { p.runners.Wait(); close(done) }()
 	select {
@@ -610,6 +612,7 @@ func (p *Pool) scanUnsettled(ctx context.Context, admitted func(record.Submissio
 			orphanErr = err
 		}
 		for _, s := range subs {
+			p.armApproval(s) // a waiting one's deadline, if any
 			// A resumable submission (every approval decided) runs as an
 			// admitted one does; a waiting one waits for a person, never
 			// called interrupted (settleOrphans takes running ones only).

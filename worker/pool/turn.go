@@ -612,10 +612,16 @@ func (t *turn) writeAwait(ctx context.Context, recs []record.Record) error {
 	w := clog.Write{Key: t.key, Records: recs, TurnID: t.id, Incarnation: t.inc, Await: &clog.Await{
 		SubmissionID: t.primary(), Requests: t.requests, Timeout: opts.ApprovalTimeout,
 	}}
-	return retryNoSpace(ctx, t.p.logger, "await turn "+t.id, func() error {
+	err := retryNoSpace(ctx, t.p.logger, "await turn "+t.id, func() error {
 		_, err := t.write(context.WithoutCancel(ctx), w)
 		return err
 	})
+	if err == nil && opts.ApprovalTimeout > 0 {
+		if sub, serr := t.p.cfg.Log.Submission(context.WithoutCancel(ctx), t.primary()); serr == nil {
+			t.p.armApproval(sub)
+		}
+	}
+	return err
 }
 
 // principalOf reads the principal the HTTP layer recorded in a user
