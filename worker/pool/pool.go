@@ -55,7 +55,8 @@ type Config struct {
 	// its admission's own commit. Default DefaultLinger.
 	Linger time.Duration
 	// SweepInterval is how often the pool looks in the log for admitted
-	// submissions whose doorbell was lost. Default 10s.
+	// (or resumable) submissions whose doorbell was lost, and arms the
+	// approval timers of waiting ones. Default 10s.
 	SweepInterval time.Duration
 	// ScanPage is how many unsettled submissions recovery and the sweep
 	// load at a time. Default 1000.

@@ -125,8 +125,11 @@ func (p *Pool) claimedTurn(key record.Key, claimed *record.Submission) (*turn, e
 }
 
 // pendingTurn starts a turn for the session's admitted submissions (one
-// under the queue and interrupt policies), taking the session's lease if
-// the runner does not hold it yet. Nil when there is nothing to run or
+// under the queue and interrupt policies, and for an agent with
+// approvals), taking the session's lease if the runner does not hold it
+// yet. In admission order: a submission waiting for a person's approval
+// blocks everything after it; one whose approvals are all decided is
+// resumed alone (Prompt.Resume). Nil when there is nothing to run or
 // another worker holds the lease.
 func (p *Pool) pendingTurn(key record.Key, held *heldLease) (*turn, error) {
 	// Bounded: a backlog of any size costs a turn only what it takes (and
