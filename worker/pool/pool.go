@@ -116,7 +116,7 @@ type Pool struct {
 	mu        sync.Mutex
 	sessions  map[record.Key]*session // sessions with a runner goroutine
 	running   map[string]*turnState   // submission id -> its running turn
-	approvals approvalTimers          // of waiting submissions with a deadline
+	approvals *ApprovalTimers         // nil unless the pool's Log decides (owns the log)
 	started   bool                    // leases open, recovery done: turns may run
 	startErr  error                   // why not started yet
 	early     map[record.Key]bool     // doorbells rung before started
@@ -192,14 +192,19 @@ func NewPool(cfg Config) (*Pool, error) {
 		return nil, fmt.Errorf("worker pool: %w", err)
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
-	return &Pool{
+	p := &Pool{
 		cfg: cfg, logger: cfg.Logger, js: js,
 		turnsCtx: ctx, cancelTurns: cancel,
 		sessions: map[record.Key]*session{},
 		stopCh:   make(chan struct{}),
 		running:  map[string]*turnState{},
 		seed:     maphash.MakeSeed(),
-	}, nil
+	}
+	if d, ok := cfg.Log.(Decider); ok && !cfg.Remote {
+		// This process owns the log: it runs the approval timers.
+		p.approvals = NewApprovalTimers(ctx, d, cfg.Logger, p.dispatch)
+	}
+	return p, nil
 }
 
 // Run recovers what a previous process left unfinished, then consumes until
@@ -362,7 +367,7 @@ func (p *Pool) drain() error {
 	p.stopping = true
 	p.mu.Unlock()
 	close(p.stopCh)
-	p.stopApprovals()
+	p.approvals.Stop()
 	done := make(chan struct{})
 	go func() { p.runners.Wait(); close(done) }()
 	select {
@@ -613,7 +618,7 @@ func (p *Pool) scanUnsettled(ctx context.Context, admitted func(record.Submissio
 			orphanErr = err
 		}
 		for _, s := range subs {
-			p.armApproval(s) // a waiting one's deadline, if any
+			p.approvals.Arm(s) // a waiting one's deadline, if any
 			// A resumable submission (every approval decided) runs as an
 			// admitted one does; a waiting one waits for a person, never
 			// called interrupted (settleOrphans takes running ones only).

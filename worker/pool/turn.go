@@ -621,7 +621,7 @@ func (t *turn) writeAwait(ctx context.Context, recs []record.Record) error {
 	})
 	if err == nil && opts.ApprovalTimeout > 0 {
 		if sub, serr := t.p.cfg.Log.Submission(context.WithoutCancel(ctx), t.primary()); serr == nil {
-			t.p.armApproval(sub)
+			t.p.approvals.Arm(sub)
 		}
 	}
 	return err

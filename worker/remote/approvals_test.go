@@ -141,3 +141,26 @@ func TestRemoteWorkerAsksAndResumes(t *testing.T) {
 		t.Fatalf("tool result %+v %s", p, p.Output)
 	}
 }
+
+// With remote workers the approval timers are the log owner's: the
+// worker's Await arms one, and when it expires the submission resumes
+// with the denials.
+func TestRemoteApprovalTimeout(t *testing.T) {
+	o := startOwner(t)
+	startWorker(t, o)
+	key := record.Key{Agent: "asktimeout", Instance: "i", Session: "t"}
+	sub := o.admit(t, key, "refund me")
+	if s := o.settled(t, sub.ID); s.Status != record.StatusCompleted {
+		t.Fatalf("settled %+v", s)
+	}
+	decisions := o.entries(t, key, record.EntryApprovalDecision)
+	results := o.entries(t, key, record.EntryToolResult)
+	if len(decisions) != 1 || len(results) != 1 {
+		t.Fatalf("%d decisions, %d results", len(decisions), len(results))
+	}
+	var p record.ToolResultPayload
+	json.Unmarshal(results[0].Payload, &p)
+	if string(p.Output) != `{"approved":false,"input":null,"reason":"timeout"}` {
+		t.Fatalf("tool result %s", p.Output)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	clog "github.com/convlog/convlog/log"
 	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/worker/natsbus"
+	"github.com/convlog/convlog/worker/pool"
 )
 
 // ServerConfig configures the log owner's side.
@@ -44,6 +45,8 @@ type Server struct {
 	leases  *natsbus.Leases
 	started bool
 	err     error // why not started yet
+	// approvals are the approval timers of the log, while Run runs.
+	approvals *pool.ApprovalTimers
 
 	handlers sync.WaitGroup
 	sem      chan struct{}
@@ -139,6 +142,16 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("remote server: subscribe: %w", err)
 	}
+	// The approval timers are the log owner's: armed from a scan now and
+	// on each sweep, and after every Await a worker writes.
+	timers := pool.NewApprovalTimers(reqCtx, s.cfg.Log, s.logger, nil)
+	s.mu.Lock()
+	s.approvals = timers
+	s.mu.Unlock()
+	defer timers.Stop()
+	s.armApprovals(ctx, timers)
+	sweep := time.NewTicker(approvalSweep)
+	defer sweep.Stop()
 	t := time.NewTicker(s.cfg.LeaseTTL / 3)
 	defer t.Stop()
 	var lost error
@@ -147,6 +160,8 @@ loop:
 		select {
 		case <-ctx.Done():
 			break loop
+		case <-sweep.C:
+			s.armApprovals(ctx, timers)
 		case <-t.C:
 			rctx, cancel := context.WithTimeout(ctx, s.cfg.LeaseTTL/3)
 			err := claim.Renew(rctx)
@@ -167,6 +182,33 @@ loop:
 		}
 	}
 	return lost
+}
+
+// approvalSweep is how often the owner scans for waiting submissions
+// whose approval timer it has not armed (a deadline set before it
+// started).
+const approvalSweep = 10 * time.Second
+
+// armApprovals arms the timers of every waiting submission with a
+// deadline.
+func (s *Server) armApprovals(ctx context.Context, timers *pool.ApprovalTimers) {
+	var cursor clog.ScanCursor
+	for {
+		subs, next, err := s.cfg.Log.UnsettledPage(ctx, cursor, 1000)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.logger.Warn("remote: scan for approval deadlines", "err", err)
+			}
+			return
+		}
+		for _, sub := range subs {
+			timers.Arm(sub)
+		}
+		if next == "" {
+			return
+		}
+		cursor = next
+	}
 }
 
 func (s *Server) answer(ctx context.Context, m *nats.Msg) {
@@ -245,6 +287,14 @@ func (s *Server) write(ctx context.Context, rq *request) (clog.Appended, error) 
 		}
 	}
 	app, err := s.cfg.Log.Write(ctx, w)
+	if err == nil && w.Await != nil {
+		s.mu.Lock()
+		timers := s.approvals
+		s.mu.Unlock()
+		if sub, serr := s.cfg.Log.Submission(ctx, w.Await.SubmissionID); serr == nil {
+			timers.Arm(sub)
+		}
+	}
 	if err != nil && s.replayed(ctx, w, err) {
 		s.logger.Info("remote: a retried write was committed already", "session", w.Key.String(), "turn", w.TurnID, "step", rq.Fence.Step)
 		inc, next, terr := s.cfg.Log.Tail(ctx, w.Key)
