@@ -724,7 +724,8 @@ func (p *Pool) settleOrphansOf(ctx context.Context, key record.Key, ids []string
 	return nil
 }
 
-// Abort ends a submission: one not yet started is settled aborted at once;
+// Abort ends a submission: one not yet started, or waiting for an
+// approval, is settled aborted at once;
 // a running one has its turn cancelled, and Abort waits (within ctx) for the
 // turn to settle. A settled submission is ErrSubmissionSettled.
 func (p *Pool) Abort(ctx context.Context, id string) (record.Submission, error) {

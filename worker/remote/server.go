@@ -383,8 +383,8 @@ var _ conversation.Runner = (*Server)(nil)
 func (s *Server) Claim(record.Key) conversation.Claim { return nil }
 
 // Abort ends a submission for the HTTP API when no agents run in this
-// process (`serve --workers=0`): one not yet started is settled aborted
-// here; a running one is cancelled by the worker that runs it, which is
+// process (`serve --workers=0`): one not yet started, or waiting for an
+// approval (no worker holds it), is settled aborted here; a running one is cancelled by the worker that runs it, which is
 // asked over NATS and answers once the turn has settled (within ctx). If
 // no worker answers, the turn's worker is gone and the sweep of another
 // settles it interrupted once its lease lapses.
