@@ -449,7 +449,7 @@ func (t *turn) request(ev worker.Event) (outcome, bool) {
 	case t.results[ev.ID]:
 		return failed("agent_protocol", fmt.Sprintf("the agent asked to approve tool call %q, which already has a result", record.Clip(ev.ID, 40)), false), false
 	case len(t.subs) > 1:
-		return failed("approval_joined", "the agent asked for an approval in a turn answering several submissions; give the agent approvals in its configuration so that it answers one at a time", false), false
+		return failed("approval_joined", fmt.Sprintf("the agent asked for an approval in a turn answering %d submissions (busy policy join); only a turn answering one submission can wait for a person", len(t.subs)), false), false
 	}
 	for _, r := range t.requests {
 		if r.ToolCallID == ev.ID {
