@@ -121,6 +121,19 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 }
 
+// msgID is the JetStream message id of a submission's publication: its id
+// for an admission, which the stream dedupes; but a submission resumed
+// after its approvals were decided is in the outbox again, within the
+// stream's duplicate window of its admission, and would be dropped as a
+// duplicate: it is published under its id and the turn that asked (unique
+// per wait), so each wait's resumption is delivered once.
+func msgID(s record.Submission) string {
+	if s.Status == record.StatusAdmitted || s.TurnID == "" {
+		return s.ID
+	}
+	return s.ID + "#" + s.TurnID
+}
+
 // publishPage publishes one page of the outbox and marks what JetStream
 // acknowledged. It returns the page's size.
 func (r *Relay) publishPage(ctx context.Context) (int, error) {
@@ -132,7 +145,7 @@ func (r *Relay) publishPage(ctx context.Context) (int, error) {
 	var errs []error
 	for _, s := range subs {
 		data, _ := json.Marshal(SubmissionMsg{s.ID, s.Key.Agent, s.Key.Instance, s.Key.Session})
-		f, err := r.js.PublishAsync(r.ns.submitSubject(s.Key.Agent), data, jetstream.WithMsgID(s.ID))
+		f, err := r.js.PublishAsync(r.ns.submitSubject(s.Key.Agent), data, jetstream.WithMsgID(msgID(s)))
 		if err != nil {
 			errs = append(errs, err)
 			break

@@ -55,7 +55,8 @@ type Config struct {
 	// its admission's own commit. Default DefaultLinger.
 	Linger time.Duration
 	// SweepInterval is how often the pool looks in the log for admitted
-	// submissions whose doorbell was lost. Default 10s.
+	// (or resumable) submissions whose doorbell was lost, and arms the
+	// approval timers of waiting ones. Default 10s.
 	SweepInterval time.Duration
 	// ScanPage is how many unsettled submissions recovery and the sweep
 	// load at a time. Default 1000.
@@ -112,14 +113,15 @@ type Pool struct {
 
 	stopCh chan struct{} // closed when the pool stops taking work
 
-	mu       sync.Mutex
-	sessions map[record.Key]*session // sessions with a runner goroutine
-	running  map[string]*turnState   // submission id -> its running turn
-	started  bool                    // leases open, recovery done: turns may run
-	startErr error                   // why not started yet
-	early    map[record.Key]bool     // doorbells rung before started
-	stopping bool
-	runners  sync.WaitGroup
+	mu        sync.Mutex
+	sessions  map[record.Key]*session // sessions with a runner goroutine
+	running   map[string]*turnState   // submission id -> its running turn
+	approvals *ApprovalTimers         // nil unless the pool's Log decides (owns the log)
+	started   bool                    // leases open, recovery done: turns may run
+	startErr  error                   // why not started yet
+	early     map[record.Key]bool     // doorbells rung before started
+	stopping  bool
+	runners   sync.WaitGroup
 
 	// stripes serialize the decision to start or abort submissions of one
 	// session, without a lock object per session.
@@ -190,14 +192,19 @@ func NewPool(cfg Config) (*Pool, error) {
 		return nil, fmt.Errorf("worker pool: %w", err)
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
-	return &Pool{
+	p := &Pool{
 		cfg: cfg, logger: cfg.Logger, js: js,
 		turnsCtx: ctx, cancelTurns: cancel,
 		sessions: map[record.Key]*session{},
 		stopCh:   make(chan struct{}),
 		running:  map[string]*turnState{},
 		seed:     maphash.MakeSeed(),
-	}, nil
+	}
+	if d, ok := cfg.Log.(Decider); ok && !cfg.Remote {
+		// This process owns the log: it runs the approval timers.
+		p.approvals = NewApprovalTimers(ctx, d, cfg.Logger, p.dispatch)
+	}
+	return p, nil
 }
 
 // Run recovers what a previous process left unfinished, then consumes until
@@ -360,6 +367,7 @@ func (p *Pool) drain() error {
 	p.stopping = true
 	p.mu.Unlock()
 	close(p.stopCh)
+	p.approvals.Stop()
 	done := make(chan struct{})
 	go func() { p.runners.Wait(); close(done) }()
 	select {
@@ -596,7 +604,7 @@ func (p *Pool) sweep(ctx context.Context) {
 
 // scanUnsettled pages through every unsettled submission: it settles the
 // orphans of each page and calls admitted once per session with admitted
-// submissions. A backlog of any size is covered, a page at a time.
+// or resumable submissions. A backlog of any size is covered, a page at a time.
 func (p *Pool) scanUnsettled(ctx context.Context, admitted func(record.Submission)) error {
 	seen := map[record.Key]bool{}
 	var cursor clog.ScanCursor
@@ -610,7 +618,11 @@ func (p *Pool) scanUnsettled(ctx context.Context, admitted func(record.Submissio
 			orphanErr = err
 		}
 		for _, s := range subs {
-			if s.Status == record.StatusAdmitted && !seen[s.Key] {
+			p.approvals.Arm(s) // a waiting one's deadline, if any
+			// A resumable submission (every approval decided) runs as an
+			// admitted one does; a waiting one waits for a person, never
+			// called interrupted (settleOrphans takes running ones only).
+			if s.Runnable() && !seen[s.Key] {
 				seen[s.Key] = true
 				admitted(s)
 			}
@@ -712,7 +724,8 @@ func (p *Pool) settleOrphansOf(ctx context.Context, key record.Key, ids []string
 	return nil
 }
 
-// Abort ends a submission: one not yet started is settled aborted at once;
+// Abort ends a submission: one not yet started, or waiting for an
+// approval, is settled aborted at once;
 // a running one has its turn cancelled, and Abort waits (within ctx) for the
 // turn to settle. A settled submission is ErrSubmissionSettled.
 func (p *Pool) Abort(ctx context.Context, id string) (record.Submission, error) {
@@ -743,11 +756,16 @@ func (p *Pool) Abort(ctx context.Context, id string) (record.Submission, error) 
 		}
 		return p.cfg.Log.Submission(context.WithoutCancel(ctx), id)
 	default:
-		// Admitted, or running with no turn in this process (left by a
-		// crash before recovery saw it): settle it here.
+		// Admitted, input_required (no turn holds a waiting submission),
+		// or running with no turn in this process (left by a crash
+		// before recovery saw it): settle it here.
+		msg := "aborted before it ran"
+		if sub.Status == record.StatusInputRequired {
+			msg = "aborted while waiting for approval"
+		}
 		_, err := p.cfg.Log.Write(ctx, clog.Write{Key: sub.Key, Settle: []record.Settlement{{
 			SubmissionID: id, Outcome: record.OutcomeAborted,
-			Error: &record.Failure{Code: "aborted", Message: "aborted before it ran"},
+			Error: &record.Failure{Code: "aborted", Message: msg},
 		}}})
 		lk.Unlock()
 		if err != nil {

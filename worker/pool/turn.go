@@ -125,8 +125,11 @@ func (p *Pool) claimedTurn(key record.Key, claimed *record.Submission) (*turn, e
 }
 
 // pendingTurn starts a turn for the session's admitted submissions (one
-// under the queue and interrupt policies), taking the session's lease if
-// the runner does not hold it yet. Nil when there is nothing to run or
+// under the queue and interrupt policies, and for an agent with
+// approvals), taking the session's lease if the runner does not hold it
+// yet. In admission order: a submission waiting for a person's approval
+// blocks everything after it; one whose approvals are all decided is
+// resumed alone (Prompt.Resume). Nil when there is nothing to run or
 // another worker holds the lease.
 func (p *Pool) pendingTurn(key record.Key, held *heldLease) (*turn, error) {
 	// Bounded: a backlog of any size costs a turn only what it takes (and
@@ -138,12 +141,29 @@ func (p *Pool) pendingTurn(key record.Key, held *heldLease) (*turn, error) {
 		return nil, err
 	}
 	limit := maxTurnSubmissions
-	if opts, _ := p.cfg.Agents.Options(key.Agent); opts.Busy.OneAtATime() {
-		limit = 1 // queue, interrupt: a turn per submission
+	if opts, _ := p.cfg.Agents.Options(key.Agent); opts.Busy.OneAtATime() || opts.Approvals {
+		// queue, interrupt: a turn per submission; and an agent that may
+		// ask a person waits with one submission only.
+		limit = 1
 	}
 	var subs []record.Submission
+walk:
 	for _, s := range pending {
-		if s.Status == record.StatusAdmitted && len(subs) < limit {
+		switch {
+		case s.Waiting():
+			// The session waits for a person: nothing admitted after it
+			// runs before it is decided, resumed and settled.
+			break walk
+		case s.Resumable():
+			// Decided: it resumes, alone, before what came after it.
+			if len(subs) == 0 {
+				subs = append(subs, s)
+			}
+			break walk
+		case s.Status == record.StatusInputRequired:
+			// Neither waiting nor resumable (no requests): nothing to run.
+			break walk
+		case s.Status == record.StatusAdmitted && len(subs) < limit:
 			subs = append(subs, s)
 		}
 	}
@@ -174,6 +194,9 @@ func (p *Pool) pendingTurn(key record.Key, held *heldLease) (*turn, error) {
 	// Read before the turn has a context, which an abort cancels: an abort
 	// settles the turn aborted, never unreadable.
 	p.gatherTurn(t, subs)
+	if len(t.subs) == 1 {
+		t.resume()
+	}
 	ids := make([]string, len(t.subs))
 	for i, s := range t.subs {
 		ids[i] = s.ID
@@ -226,16 +249,22 @@ type turn struct {
 	// text is the last text or reasoning part while it grows (textType,
 	// not yet in parts): a Builder grows in amortized linear time, where
 	// appending to the part's string copied it whole on every delta.
-	text      strings.Builder
-	textType  string
-	partBytes int               // the text and inputs in parts
-	toolNames map[string]string // tool call id -> name, for its result
-	principal *worker.Principal // who delivered the turn's own submission
+	text       strings.Builder
+	textType   string
+	partBytes  int                        // the text and inputs in parts
+	toolNames  map[string]string          // tool call id -> name, for its result
+	toolInputs map[string]json.RawMessage // tool call id -> its input
+	principal  *worker.Principal          // who delivered the turn's own submission
 
 	lease *natsbus.Lease // the session's, held by the runner
 	step  uint64         // writes of the turn so far (its Fence steps)
 
 	deltas *deltaQueue // its presentation frames, while it runs
+
+	// requests are the tool calls the agent asked a person to approve,
+	// in order: the turn then ends waiting (Write.Await), not settled.
+	requests []record.ApprovalRequest
+	results  map[string]bool // tool call ids with a result in this turn
 }
 
 func (t *turn) primary() string { return t.subs[0].ID }
@@ -246,6 +275,7 @@ type outcome struct {
 	failure *record.Failure
 	data    json.RawMessage
 	reset   bool // the stream was reset under the turn: nothing to settle
+	await   bool // completed asking for approvals: the submission waits
 }
 
 func (t *turn) run(ctx context.Context) error {
@@ -261,7 +291,7 @@ func (t *turn) run(ctx context.Context) error {
 	var res outcome
 	if obs := t.p.cfg.Observer; obs != nil {
 		defer func() {
-			if !res.reset {
+			if !res.reset && !res.await {
 				obs.TurnEnded(t.key.Agent, res.outcome, time.Since(began))
 			}
 		}()
@@ -344,6 +374,10 @@ func (t *turn) consume(ctx context.Context, agent worker.Agent, prompt worker.Pr
 				t.toolNames = map[string]string{}
 			}
 			t.toolNames[ev.ID] = ev.Name
+			if t.toolInputs == nil {
+				t.toolInputs = map[string]json.RawMessage{}
+			}
+			t.toolInputs[ev.ID] = args
 			t.publish(wire.DeltaFrame{Type: wire.FrameToolCallDelta, ToolCallID: ev.ID, ToolName: ev.Name, Args: args})
 			if err := t.flushMessage(ctx); err != nil {
 				return storageFailure(err)
@@ -357,11 +391,22 @@ func (t *turn) consume(ctx context.Context, agent worker.Agent, prompt worker.Pr
 			if err := t.append(ctx, record.EntryRecord(record.Entry{Type: record.EntryToolResult, Payload: payload})); err != nil {
 				return storageFailure(err)
 			}
+			if t.results == nil {
+				t.results = map[string]bool{}
+			}
+			t.results[ev.ID] = true
+		case worker.EventApprovalRequested:
+			if res, ok := t.request(ev); !ok {
+				return res
+			}
 		case worker.EventToolInputDelta:
 			t.publish(wire.DeltaFrame{Type: wire.FrameToolCallDelta, ToolCallID: ev.ID, ToolName: ev.Name, ArgsDelta: ev.Delta})
 		case worker.EventRetrying:
 			t.publish(wire.DeltaFrame{Type: wire.FrameRetrying, Attempt: ev.Attempt, MaxAttempts: ev.MaxAttempts, DelayMs: ev.DelayMs, Reason: ev.Reason})
 		case worker.EventCompleted:
+			if len(t.requests) > 0 {
+				return outcome{outcome: record.OutcomeCompleted, data: ev.Data, await: true}
+			}
 			return outcome{outcome: record.OutcomeCompleted, data: ev.Data}
 		case worker.EventFailed:
 			code := ev.Code
@@ -391,6 +436,35 @@ func (t *turn) consume(ctx context.Context, agent worker.Agent, prompt worker.Pr
 		return outcome{outcome: record.OutcomeFailed, failure: &f}
 	}
 	return failed("agent_protocol", "the agent's event stream ended without a completed or failed event", true)
+}
+
+// request takes an approval_requested event: ev.ID must be a tool call
+// this turn started, without a result, not requested already; and the turn
+// must answer one submission, the one that waits.
+func (t *turn) request(ev worker.Event) (outcome, bool) {
+	name, started := t.toolNames[ev.ID]
+	switch {
+	case !started || ev.ID == "":
+		return failed("agent_protocol", fmt.Sprintf("the agent asked to approve tool call %q, which it did not start in this turn", record.Clip(ev.ID, 40)), false), false
+	case t.results[ev.ID]:
+		return failed("agent_protocol", fmt.Sprintf("the agent asked to approve tool call %q, which already has a result", record.Clip(ev.ID, 40)), false), false
+	case len(t.subs) > 1:
+		return failed("approval_joined", fmt.Sprintf("the agent asked for an approval in a turn answering %d submissions (busy policy join); only a turn answering one submission can wait for a person", len(t.subs)), false), false
+	}
+	for _, r := range t.requests {
+		if r.ToolCallID == ev.ID {
+			return failed("agent_protocol", fmt.Sprintf("the agent asked twice to approve tool call %q", record.Clip(ev.ID, 40)), false), false
+		}
+	}
+	input := ev.Args
+	if len(input) == 0 || !json.Valid(input) {
+		input = t.toolInputs[ev.ID]
+	}
+	if len(input) == 0 {
+		input = json.RawMessage("null")
+	}
+	t.requests = append(t.requests, record.ApprovalRequest{ApprovalID: "apr_" + ulid.Make().String(), ToolCallID: ev.ID, ToolName: name, Input: input})
+	return outcome{}, true
 }
 
 func (t *turn) appendText(typ, delta string) {
@@ -459,8 +533,22 @@ func (t *turn) settle(ctx context.Context, res outcome) error {
 		return nil
 	}
 	recs := t.assistantRecord(res.data)
-	err := t.writeSettlements(ctx, recs, res)
-	if errors.Is(err, clog.ErrBatchTooLarge) && len(recs) > 0 {
+	var err error
+	if res.await {
+		err = t.writeAwait(ctx, recs)
+		if errors.Is(err, clog.ErrBatchTooLarge) && len(recs) > 0 {
+			// The reply first, on its own, then the wait.
+			if err = t.append(ctx, recs...); err == nil {
+				err = t.writeAwait(ctx, nil)
+			} else if errors.Is(err, clog.ErrBatchTooLarge) {
+				res = replyTooLarge(err)
+				err = t.writeSettlements(ctx, nil, res)
+			}
+		}
+	} else {
+		err = t.writeSettlements(ctx, recs, res)
+	}
+	if !res.await && errors.Is(err, clog.ErrBatchTooLarge) && len(recs) > 0 {
 		// Together over the batch limit: the reply first, on its own.
 		// Settled or not, what the agent said stays recorded.
 		if err = t.append(ctx, recs...); err == nil {
@@ -514,6 +602,29 @@ func (t *turn) writeSettlements(ctx context.Context, recs []record.Record, res o
 		_, err := t.write(context.WithoutCancel(ctx), w)
 		return err
 	})
+}
+
+// writeAwait writes recs and the turn's approval requests in one write:
+// the submission becomes input_required, unsettled, until a person
+// decides (log.DB.Decide) and a new turn resumes it.
+func (t *turn) writeAwait(ctx context.Context, recs []record.Record) error {
+	for i := range recs {
+		recs[i].Entry.SubmissionID, recs[i].Entry.TurnID = t.primary(), t.id
+	}
+	opts, _ := t.p.cfg.Agents.Options(t.key.Agent)
+	w := clog.Write{Key: t.key, Records: recs, TurnID: t.id, Incarnation: t.inc, Await: &clog.Await{
+		SubmissionID: t.primary(), Requests: t.requests, Timeout: opts.ApprovalTimeout,
+	}}
+	err := retryNoSpace(ctx, t.p.logger, "await turn "+t.id, func() error {
+		_, err := t.write(context.WithoutCancel(ctx), w)
+		return err
+	})
+	if err == nil && opts.ApprovalTimeout > 0 {
+		if sub, serr := t.p.cfg.Log.Submission(context.WithoutCancel(ctx), t.primary()); serr == nil {
+			t.p.approvals.Arm(sub)
+		}
+	}
+	return err
 }
 
 // principalOf reads the principal the HTTP layer recorded in a user

@@ -59,6 +59,30 @@ func (p *Pool) gatherTurn(t *turn, subs []record.Submission) {
 	t.prompt.Text = strings.Join(texts, "\n\n")
 }
 
+// resume makes t continue its submission from a decided wait: the agent
+// gets the decisions (Prompt.Resume), and the tool calls they name are
+// the turn's, so that their results are taken. The submission's
+// approvals, read before its Start, are final: Start succeeds only while
+// every request is decided, and a decided request never changes.
+func (t *turn) resume() {
+	s := t.subs[0]
+	if !s.Resumable() {
+		return
+	}
+	r := &worker.Resume{Decisions: make([]worker.Decision, 0, len(s.Approvals))}
+	for _, a := range s.Approvals {
+		r.Decisions = append(r.Decisions, worker.Decision{
+			ApprovalID: a.ApprovalID, ToolCallID: a.ToolCallID, ToolName: a.ToolName, Args: a.Input,
+			Approved: a.Approved, Reason: a.Reason, Input: a.EditedInput,
+		})
+		if t.toolNames == nil {
+			t.toolNames = map[string]string{}
+		}
+		t.toolNames[a.ToolCallID] = a.ToolName
+	}
+	t.prompt.Resume = r
+}
+
 // readPrompt reads the prompt of the submissions t already answers.
 func (p *Pool) readPrompt(t *turn) {
 	var texts []string

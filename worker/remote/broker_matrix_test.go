@@ -223,6 +223,12 @@ func startWorkerOn(t *testing.T, o *owner, sweep time.Duration, dial func() (*na
 	if err := agents.Register("slow", worker.Echo{Delay: time.Second}, ""); err != nil {
 		t.Fatal(err)
 	}
+	if err := agents.RegisterWith("ask", asker{}, worker.AgentOptions{Approvals: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := agents.RegisterWith("asktimeout", asker{}, worker.AgentOptions{Approvals: true, ApprovalTimeout: 300 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
 	bus, err := natsbus.NewDeltaPublisher(nc, "")
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	clog "github.com/convlog/convlog/log"
 	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/worker/natsbus"
+	"github.com/convlog/convlog/worker/pool"
 )
 
 // ServerConfig configures the log owner's side.
@@ -44,6 +45,8 @@ type Server struct {
 	leases  *natsbus.Leases
 	started bool
 	err     error // why not started yet
+	// approvals are the approval timers of the log, while Run runs.
+	approvals *pool.ApprovalTimers
 
 	handlers sync.WaitGroup
 	sem      chan struct{}
@@ -139,6 +142,16 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("remote server: subscribe: %w", err)
 	}
+	// The approval timers are the log owner's: armed from a scan now and
+	// on each sweep, and after every Await a worker writes.
+	timers := pool.NewApprovalTimers(reqCtx, s.cfg.Log, s.logger, nil)
+	s.mu.Lock()
+	s.approvals = timers
+	s.mu.Unlock()
+	defer timers.Stop()
+	s.armApprovals(ctx, timers)
+	sweep := time.NewTicker(approvalSweep)
+	defer sweep.Stop()
 	t := time.NewTicker(s.cfg.LeaseTTL / 3)
 	defer t.Stop()
 	var lost error
@@ -147,6 +160,8 @@ loop:
 		select {
 		case <-ctx.Done():
 			break loop
+		case <-sweep.C:
+			s.armApprovals(ctx, timers)
 		case <-t.C:
 			rctx, cancel := context.WithTimeout(ctx, s.cfg.LeaseTTL/3)
 			err := claim.Renew(rctx)
@@ -167,6 +182,33 @@ loop:
 		}
 	}
 	return lost
+}
+
+// approvalSweep is how often the owner scans for waiting submissions
+// whose approval timer it has not armed (a deadline set before it
+// started).
+const approvalSweep = 10 * time.Second
+
+// armApprovals arms the timers of every waiting submission with a
+// deadline.
+func (s *Server) armApprovals(ctx context.Context, timers *pool.ApprovalTimers) {
+	var cursor clog.ScanCursor
+	for {
+		subs, next, err := s.cfg.Log.UnsettledPage(ctx, cursor, 1000)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.logger.Warn("remote: scan for approval deadlines", "err", err)
+			}
+			return
+		}
+		for _, sub := range subs {
+			timers.Arm(sub)
+		}
+		if next == "" {
+			return
+		}
+		cursor = next
+	}
 }
 
 func (s *Server) answer(ctx context.Context, m *nats.Msg) {
@@ -245,6 +287,14 @@ func (s *Server) write(ctx context.Context, rq *request) (clog.Appended, error) 
 		}
 	}
 	app, err := s.cfg.Log.Write(ctx, w)
+	if err == nil && w.Await != nil {
+		s.mu.Lock()
+		timers := s.approvals
+		s.mu.Unlock()
+		if sub, serr := s.cfg.Log.Submission(ctx, w.Await.SubmissionID); serr == nil {
+			timers.Arm(sub)
+		}
+	}
 	if err != nil && s.replayed(ctx, w, err) {
 		s.logger.Info("remote: a retried write was committed already", "session", w.Key.String(), "turn", w.TurnID, "step", rq.Fence.Step)
 		inc, next, terr := s.cfg.Log.Tail(ctx, w.Key)
@@ -287,16 +337,30 @@ func (s *Server) holds(ctx context.Context, key record.Key, holder string) error
 // are there, or its starts and settlements are the submissions' state.
 // Writes commit atomically, so any part found means the whole write was.
 func (s *Server) replayed(ctx context.Context, w clog.Write, err error) bool {
-	if len(w.Start) == 0 && len(w.Settle) == 0 {
+	if len(w.Start) == 0 && len(w.Settle) == 0 && w.Await == nil {
 		return errors.Is(err, clog.ErrDuplicateEntry)
 	}
 	if !errors.Is(err, clog.ErrSubmissionSettled) && !errors.Is(err, clog.ErrSubmissionState) {
 		return false
 	}
 	for _, id := range w.Start {
+		// Started by this write: running as its turn. (A resumable one
+		// is input_required, and was admitted before: not started yet.)
 		sub, err := s.cfg.Log.Submission(ctx, id)
-		if err != nil || sub.TurnID != w.TurnID || sub.Status == record.StatusAdmitted {
+		if err != nil || sub.Status != record.StatusRunning || sub.TurnID != w.TurnID {
 			return false
+		}
+	}
+	if a := w.Await; a != nil {
+		// Waiting on this write's requests, asked by its turn.
+		sub, err := s.cfg.Log.Submission(ctx, a.SubmissionID)
+		if err != nil || sub.Status != record.StatusInputRequired || sub.TurnID != w.TurnID || len(sub.Approvals) != len(a.Requests) {
+			return false
+		}
+		for i, r := range a.Requests {
+			if sub.Approvals[i].ApprovalID != r.ApprovalID {
+				return false
+			}
 		}
 	}
 	for _, st := range w.Settle {
@@ -319,8 +383,8 @@ var _ conversation.Runner = (*Server)(nil)
 func (s *Server) Claim(record.Key) conversation.Claim { return nil }
 
 // Abort ends a submission for the HTTP API when no agents run in this
-// process (`serve --workers=0`): one not yet started is settled aborted
-// here; a running one is cancelled by the worker that runs it, which is
+// process (`serve --workers=0`): one not yet started, or waiting for an
+// approval (no worker holds it), is settled aborted here; a running one is cancelled by the worker that runs it, which is
 // asked over NATS and answers once the turn has settled (within ctx). If
 // no worker answers, the turn's worker is gone and the sweep of another
 // settles it interrupted once its lease lapses.
@@ -333,10 +397,15 @@ func (s *Server) Abort(ctx context.Context, id string) (record.Submission, error
 	if sub.Status.Terminal() {
 		return sub, fmt.Errorf("abort %s: %w", id, clog.ErrSubmissionSettled)
 	}
-	if sub.Status == record.StatusAdmitted {
+	if sub.Status == record.StatusAdmitted || sub.Status == record.StatusInputRequired {
+		// No worker holds it: one waiting for approval is no turn's.
+		msg := "aborted before it ran"
+		if sub.Status == record.StatusInputRequired {
+			msg = "aborted while waiting for approval"
+		}
 		_, err := db.Write(ctx, clog.Write{Key: sub.Key, Settle: []record.Settlement{{
 			SubmissionID: id, Outcome: record.OutcomeAborted,
-			Error: &record.Failure{Code: "aborted", Message: "aborted before it ran"},
+			Error: &record.Failure{Code: "aborted", Message: msg},
 		}}})
 		if err == nil {
 			return db.Submission(ctx, id)
