@@ -45,7 +45,8 @@ func (ts *toolServer) calls() []string {
 
 func approvalService(t *testing.T, model *fakeopenai.Server, tool *toolServer) (*Service, *client.Client) {
 	t.Setenv("FAKE_OPENAI_KEY", "sk-e2e")
-	return testService(t, withConfig(t, fmt.Sprintf(`agents:
+	// No sweep to rescue a resumption whose doorbell was lost.
+	agents := withConfig(t, fmt.Sprintf(`agents:
   - name: support
     kind: openai
     baseURL: %s
@@ -58,7 +59,8 @@ func approvalService(t *testing.T, model *fakeopenai.Server, tool *toolServer) (
         url: %s
         allowPrivate: true
         approval: required
-`, model.BaseURL(), tool.URL)))
+`, model.BaseURL(), tool.URL))
+	return testService(t, func(c *Config) { agents(c); c.SweepInterval = time.Hour })
 }
 
 func refundCall(id string) fakeopenai.Response {
@@ -120,6 +122,7 @@ func TestApprovalEndToEnd(t *testing.T) {
 	if n := len(tool.calls()); n != 0 {
 		t.Fatalf("the tool was called %d times before its approval", n)
 	}
+	decided := time.Now()
 	code, body := decide(t, svc, acc.SubmissionID, `{"decisions":[{"approvalId":"`+s.Pending[0].ApprovalID+`","approved":true,"input":{"order":7,"amount":5}}]}`)
 	if code != http.StatusAccepted {
 		t.Fatalf("approve: %d %s", code, body)
@@ -127,6 +130,7 @@ func TestApprovalEndToEnd(t *testing.T) {
 	if s = waitFor(t, c, acc.SubmissionID); s.Status != record.StatusCompleted {
 		t.Fatalf("after the approval: %+v", s)
 	}
+	t.Logf("approval to settlement: %v", time.Since(decided))
 	if calls := tool.calls(); len(calls) != 1 || calls[0] != `{"order":7,"amount":5}` {
 		t.Fatalf("tool calls %q", calls)
 	}
@@ -152,12 +156,15 @@ func TestApprovalEndToEnd(t *testing.T) {
 	if !s.Waiting() {
 		t.Fatalf("second: %+v", s)
 	}
-	if code, body := decide(t, svc, acc2.SubmissionID, `{"decisions":[{"approvalId":"`+s.Pending[0].ApprovalID+`","approved":false,"reason":"over the limit"}]}`); code != http.StatusAccepted {
+	second := s.Pending[0].ApprovalID
+	decided = time.Now()
+	if code, body := decide(t, svc, acc2.SubmissionID, `{"decisions":[{"approvalId":"`+second+`","approved":false,"reason":"over the limit"}]}`); code != http.StatusAccepted {
 		t.Fatalf("deny: %d %s", code, body)
 	}
 	if s = waitFor(t, c, acc2.SubmissionID); s.Status != record.StatusCompleted {
 		t.Fatalf("after the denial: %+v", s)
 	}
+	t.Logf("denial to settlement: %v", time.Since(decided))
 	if n := len(tool.calls()); n != 1 {
 		t.Fatalf("a denied call reached the tool: %d calls", n)
 	}
@@ -170,7 +177,7 @@ func TestApprovalEndToEnd(t *testing.T) {
 	if last["role"] != "tool" || !strings.Contains(fmt.Sprint(last["content"]), "over the limit") {
 		t.Fatalf("the model's view of the denial: %v", last)
 	}
-	if code, body := decide(t, svc, acc2.SubmissionID, `{"decisions":[{"approvalId":"`+s.Pending[0].ApprovalID+`","approved":true}]}`); code != http.StatusConflict || !strings.Contains(body, "not_waiting") {
+	if code, body := decide(t, svc, acc2.SubmissionID, `{"decisions":[{"approvalId":"`+second+`","approved":true}]}`); code != http.StatusConflict || !strings.Contains(body, "not_waiting") {
 		t.Fatalf("decided after settling: %d %s", code, body)
 	}
 }

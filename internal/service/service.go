@@ -91,7 +91,10 @@ type Config struct {
 	// Linger is how long an idle in-process runner keeps its session's
 	// lease for the next message; 0 is pool.DefaultLinger.
 	Linger time.Duration
-	Logger *slog.Logger
+	// SweepInterval is how often the in-process workers look in the log
+	// for work whose doorbell was lost; 0 is the pool's default (10 s).
+	SweepInterval time.Duration
+	Logger        *slog.Logger
 }
 
 // Service is convlog wired together in one process.
@@ -220,6 +223,7 @@ func Start(cfg Config) (_ *Service, err error) {
 			Replicas:        cfg.NATSReplicas,
 			LeaseTTL:        cfg.LeaseTTL,
 			Linger:          cfg.Linger,
+			SweepInterval:   cfg.SweepInterval,
 		}); err != nil {
 			return nil, err
 		}

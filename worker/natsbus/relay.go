@@ -121,17 +121,21 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 }
 
-// msgID is the JetStream message id of a submission's publication: its id
-// for an admission, which the stream dedupes; but a submission resumed
-// after its approvals were decided is in the outbox again, within the
-// stream's duplicate window of its admission, and would be dropped as a
-// duplicate: it is published under its id and the turn that asked (unique
-// per wait), so each wait's resumption is delivered once.
+// msgID is the JetStream message id of a submission's publication. The
+// stream dedupes ids for its duplicate window, which is what makes a
+// relay's retry after a lost ack harmless; so an admission is published
+// under the submission's id, whatever its status by then (one started in
+// its admission is already running). A submission resumed after its
+// approvals were decided is in the outbox again, within that window: it is
+// published under its id and the turn that asked, marked as a resumption,
+// so that each wait's resumption is delivered once and never taken for its
+// admission (found by TestApprovalEndToEnd: a fast-path admission's
+// resumption was dropped, and waited for the sweep).
 func msgID(s record.Submission) string {
-	if s.Status == record.StatusAdmitted || s.TurnID == "" {
-		return s.ID
+	if s.Resumable() {
+		return s.ID + "#resume." + s.TurnID
 	}
-	return s.ID + "#" + s.TurnID
+	return s.ID
 }
 
 // publishPage publishes one page of the outbox and marks what JetStream
