@@ -183,7 +183,7 @@ func (t *torture) resetSession(ctx context.Context, session string, n int) {
 		var ss struct {
 			Sessions []struct {
 				Session         string `json:"session"`
-				Running, Queued int
+				Running, Queued, Waiting int
 			} `json:"sessions"`
 		}
 		if status == 404 {
@@ -196,7 +196,7 @@ func (t *torture) resetSession(ctx context.Context, session string, n int) {
 		busy, found := false, false
 		for _, s := range ss.Sessions {
 			if s.Session == session {
-				found, busy = true, s.Running+s.Queued > 0
+				found, busy = true, s.Running+s.Queued+s.Waiting > 0
 			}
 		}
 		if !found {
