@@ -182,7 +182,7 @@ func (t *torture) resetSession(ctx context.Context, session string, n int) {
 		}
 		var ss struct {
 			Sessions []struct {
-				Session         string `json:"session"`
+				Session                  string `json:"session"`
 				Running, Queued, Waiting int
 			} `json:"sessions"`
 		}
