@@ -49,6 +49,8 @@ func main() {
 		err = restoreCommand(ctx, os.Args[2:])
 	case "send", "tail", "ls":
 		err = clientCommand(ctx, os.Args[1], os.Args[2:])
+	case "approve", "deny":
+		err = decideCommand(ctx, os.Args[1], os.Args[2:])
 	case "-h", "--help", "help":
 		usage()
 		return
@@ -99,6 +101,8 @@ commands:
   send       AGENT/INSTANCE "text" [--session S] [--follow]: deliver a message
   tail       AGENT/INSTANCE [--from 0|now] [--json]: follow a conversation
   ls         [AGENT]: list agents, or an agent's instances
+  approve    AGENT/INSTANCE SUBMISSION [APPROVAL_ID ...] [--input JSON] [--reason R]: approve pending tool calls (all if none named)
+  deny       AGENT/INSTANCE SUBMISSION [APPROVAL_ID ...] [--reason R]: deny them
 
 Run 'convlog <command> -h' for its flags.
 `)

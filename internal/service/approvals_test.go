@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"github.com/convlog/convlog/internal/servicetest"
 	"github.com/convlog/convlog/log/record"
 	"github.com/convlog/convlog/transport/client"
+	"github.com/convlog/convlog/transport/wire"
 	"github.com/convlog/convlog/worker/openaiagent/fakeopenai"
 )
 
@@ -123,9 +125,11 @@ func TestApprovalEndToEnd(t *testing.T) {
 		t.Fatalf("the tool was called %d times before its approval", n)
 	}
 	decided := time.Now()
-	code, body := decide(t, svc, acc.SubmissionID, `{"decisions":[{"approvalId":"`+s.Pending[0].ApprovalID+`","approved":true,"input":{"order":7,"amount":5}}]}`)
-	if code != http.StatusAccepted {
-		t.Fatalf("approve: %d %s", code, body)
+	// Through the Go client.
+	d, err := c.Decide(context.Background(), "support", "u1", acc.SubmissionID,
+		[]wire.Decision{{ApprovalID: s.Pending[0].ApprovalID, Approved: true, Input: json.RawMessage(`{"order":7,"amount":5}`)}}, "approve-1")
+	if err != nil || d.SubmissionID != acc.SubmissionID || len(d.Pending) != 0 || d.Offset == "" {
+		t.Fatalf("approve: %+v %v", d, err)
 	}
 	if s = waitFor(t, c, acc.SubmissionID); s.Status != record.StatusCompleted {
 		t.Fatalf("after the approval: %+v", s)

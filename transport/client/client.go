@@ -159,6 +159,31 @@ func (c *Client) Abort(ctx context.Context, agent, instance, id string) (record.
 	return c.submissionCall(ctx, http.MethodPost, agent, instance, "/submissions/"+url.PathEscape(id)+"/abort", nil)
 }
 
+// Decide answers the tool approvals a submission waits for
+// (input_required, its Pending list): each decision is stored once, and
+// the one that leaves nothing pending resumes the submission. A retry with
+// the same idempotencyKey gets the first answer.
+func (c *Client) Decide(ctx context.Context, agent, instance, id string, decisions []wire.Decision, idempotencyKey string) (wire.Decided, error) {
+	body, err := json.Marshal(wire.DecideRequest{Decisions: decisions})
+	if err != nil {
+		return wire.Decided{}, fmt.Errorf("transport: encoding decisions: %w", err)
+	}
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url(agent, instance, "/submissions/"+url.PathEscape(id)+"/approvals", nil), bytes.NewReader(body))
+	if err != nil {
+		return wire.Decided{}, err
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	if idempotencyKey != "" {
+		hreq.Header.Set("Idempotency-Key", idempotencyKey)
+	}
+	resp, err := c.do(hreq, http.StatusAccepted)
+	if err != nil {
+		return wire.Decided{}, err
+	}
+	var d wire.Decided
+	return d, decodeJSON(resp, &d)
+}
+
 func (c *Client) submissionCall(ctx context.Context, method, agent, instance, path string, q url.Values) (record.Submission, error) {
 	req, err := http.NewRequestWithContext(ctx, method, c.url(agent, instance, path, q), nil)
 	if err != nil {
