@@ -32,6 +32,10 @@ type approvalRig struct {
 	server string // the CLI's --server flag
 	mu     sync.Mutex
 	calls  []string
+	// block, when set, holds every tool call until it is closed.
+	block chan struct{}
+	// called is told of each call as it arrives.
+	called chan struct{}
 }
 
 func refundCall(id string) fakeopenai.Response {
@@ -39,12 +43,21 @@ func refundCall(id string) fakeopenai.Response {
 }
 
 func newApprovalRig(t *testing.T, responses ...fakeopenai.Response) *approvalRig {
-	r := &approvalRig{t: t, bin: buildCLI(t)}
+	r := &approvalRig{t: t, bin: buildCLI(t), called: make(chan struct{}, 16)}
 	tool := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		b, _ := io.ReadAll(req.Body)
 		r.mu.Lock()
 		r.calls = append(r.calls, string(b))
+		block := r.block
 		r.mu.Unlock()
+		r.called <- struct{}{}
+		if block != nil {
+			select {
+			case <-block:
+			case <-req.Context().Done():
+				return
+			}
+		}
 		fmt.Fprint(w, `{"ok":true}`)
 	}))
 	t.Cleanup(tool.Close)
@@ -211,4 +224,32 @@ func TestApprovalSurvivesKill9(t *testing.T) {
 		t.Fatalf("settlements %v", settlements)
 	}
 	t.Logf("after the kill past the decision: %s, %d tool calls in all", got.Status, len(r.toolCalls()))
+}
+
+// kill -9 during the approved tool call: the call is never made again
+// (the tool counts one), and the submission settles failed interrupted,
+// once.
+func TestApprovalKill9DuringTheToolCall(t *testing.T) {
+	r := newApprovalRig(t, refundCall("call_1"), fakeopenai.Response{Chunks: []fakeopenai.Chunk{{Content: "never"}}})
+	r.block = make(chan struct{})
+	defer close(r.block)
+	srv := r.serve()
+	s := r.waiting("refund 7")
+	if _, err := r.c.Decide(context.Background(), "support", "u", s.ID, []wire.Decision{{ApprovalID: s.Pending[0].ApprovalID, Approved: true}}, ""); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-r.called:
+	case <-time.After(time.Minute):
+		t.Fatal("the approved call never reached the tool")
+	}
+	srv.kill()
+	r.serve()
+	got := r.until(s.ID, terminal)
+	if got.Status != record.StatusFailed || got.Error == nil || got.Error.Code != "interrupted" {
+		t.Fatalf("after kill -9 during the tool call: %+v", got)
+	}
+	if n := len(r.toolCalls()); n != 1 {
+		t.Fatalf("%d tool calls, want 1: a cut call is not re-run", n)
+	}
 }
