@@ -103,7 +103,11 @@ func TestSSEReplaysShowsDeltasAndTails(t *testing.T) {
 			}
 		}
 	}
-	if !sawDeltaBeforeReply || deltas.String() != "one two three four" {
+	// Deltas are a preview: the reader stops at the settlement, and a delta
+	// may come after the record that holds its text (docs/protocol.md 4.1),
+	// so what it saw is the reply's start, in order (CI saw "one two three "
+	// once on a clean clone).
+	if !sawDeltaBeforeReply || !strings.HasPrefix("one two three four", deltas.String()) {
 		t.Fatalf("deltas %q, before reply %v", deltas.String(), sawDeltaBeforeReply)
 	}
 	// A late reader replays the durable records only.
